@@ -1,0 +1,38 @@
+# packfs: every target installs what it needs on a fresh Debian machine.
+SHELL      := /bin/bash
+PYTHON     ?= python3
+VENV       ?= .venv
+PY         := $(VENV)/bin/python
+STAMPS     := .stamps
+APT_PKGS   := fuse3 libfuse3-dev fio xfsprogs liberasurecode-dev memcached \
+              pkg-config gcc python3-dev python3-venv rsync
+PYTEST_ARGS ?=
+
+.PHONY: setup test unit demo stop clean
+
+setup: $(STAMPS)/venv
+
+# Debian packages: apt-get update once, and only when something is missing.
+$(STAMPS)/apt:
+	@mkdir -p $(STAMPS)
+	@missing=$$(for p in $(APT_PKGS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:" $$missing; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	fi
+	@touch $@
+
+$(STAMPS)/venv: $(STAMPS)/apt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,swift,bench]'
+	@touch $@
+
+unit: setup
+	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+
+test: setup
+	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(STAMPS) build *.egg-info
