@@ -8,7 +8,7 @@ APT_PKGS   := fuse3 libfuse3-dev fio xfsprogs liberasurecode-dev memcached \
               pkg-config gcc python3-dev python3-venv rsync
 PYTEST_ARGS ?=
 
-.PHONY: setup test unit demo stop clean
+.PHONY: setup test unit clean
 
 setup: $(STAMPS)/venv
 
@@ -36,3 +36,6 @@ test: setup
 
 clean:
 	rm -rf $(STAMPS) build *.egg-info
+
+# Feature targets live in mk/: demo and Swift (mk/swift.mk), benchmarks (mk/bench.mk), crash campaign.
+include $(wildcard mk/*.mk)
