@@ -1,0 +1,124 @@
+"""`python -m bench [--quick] PART...`: run benchmark parts side by side on packfs, XFS, ext4.
+
+PART is fio, swift, scale, or all (the default); `report` only re-renders the table from
+the JSON files already in the output directory.  Environment (used by mk/bench.mk):
+
+  QUICK=1                 small sizes, finishes in under 10 minutes
+  BENCH_REPS=N            repetitions (default 3; 2 with QUICK)
+  BENCH_WORK=DIR          where images, mounts and servers live (default /var/tmp/packfs-bench)
+  BENCH_OUT=DIR           results (default bench-results)
+  BENCH_FS=a,b            filesystems (default packfs,xfs,ext4)
+  BENCH_PACKFS_OPTS=...   -o options for `packfs mount`
+  BENCH_PACKFS_BACKING=xfs|ext4   filesystem of packfs's PACKDIR image (default xfs)
+  BENCH_OBJECTS=N         objects for the scale part (default 1,000,000; 50,000 with QUICK)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from . import report as rep
+from .results import Results, load
+from .testbed import FS_ORDER, Testbed, cleanup_stale, packfs_available
+from .util import REPO, log
+
+PARTS = ("fio", "swift", "scale")
+
+
+def _env_bool(name: str) -> bool:
+    return os.environ.get(name, "").strip() not in ("", "0", "no", "false")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench")
+    ap.add_argument("parts", nargs="*", default=["all"])
+    ap.add_argument("--quick", action="store_true", default=_env_bool("QUICK"))
+    ap.add_argument("--reps", type=int, default=int(os.environ.get("BENCH_REPS", "0")) or None)
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("BENCH_OUT", REPO / "bench-results")))
+    ap.add_argument("--work", type=Path, default=Path(os.environ.get("BENCH_WORK", "/var/tmp/packfs-bench")))
+    ap.add_argument("--fs", default=os.environ.get("BENCH_FS", ",".join(FS_ORDER)))
+    ap.add_argument("--objects", type=int, default=int(os.environ.get("BENCH_OBJECTS", "0")) or None)
+    a = ap.parse_args(argv)
+
+    parts = list(PARTS) if "all" in a.parts else a.parts
+    if parts == ["report"]:
+        found = [load(p) for p in (a.out / f"{x}.json" for x in PARTS) if p.exists()]
+        print(rep.report(a.out, found))
+        return 0
+    for p in parts:
+        if p not in PARTS:
+            ap.error(f"unknown part {p!r}; choose from {', '.join(PARTS)}, all, report")
+    if os.geteuid() != 0:
+        print("bench: must run as root (loop devices, mounts, drop_caches, cgroups)", file=sys.stderr)
+        return 2
+
+    reps = a.reps or (2 if a.quick else 3)
+    fs_names = [f.strip() for f in a.fs.split(",") if f.strip()]
+    notes = []
+    if "packfs" in fs_names and not packfs_available():
+        notes.append("packfs was not measured: `python -m packfs.cli mount` is not available yet.")
+        log("WARNING: packfs CLI not available; running XFS and ext4 only")
+        fs_names.remove("packfs")
+    a.out.mkdir(parents=True, exist_ok=True)
+    tmp = a.work / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    common = {"quick": a.quick, "reps": reps, "fs": fs_names, "work": str(a.work),
+              "packfs_opts": os.environ.get("BENCH_PACKFS_OPTS", ""),
+              "packfs_backing": os.environ.get("BENCH_PACKFS_BACKING", "xfs")}
+    log(f"parts {parts}, {'QUICK' if a.quick else 'full'} mode, {reps} reps, filesystems {fs_names}")
+
+    done = []
+    t_all = time.monotonic()
+    for part in parts:
+        res = Results(part, dict(common))
+        for n in notes:
+            res.note(n)
+        t0 = time.monotonic()
+        log(f"=== part {part} ===")
+        try:
+            if part == "fio":
+                from . import fio as mod
+                with _testbed(a, fs_names, size_gib=8 if a.quick else 16) as tb:
+                    mod.main(tb, res, a.quick, reps, tmp)
+            elif part == "swift":
+                from . import swiftbench as mod
+                with _testbed(a, fs_names, size_gib=8 if a.quick else 16) as tb:
+                    mod.main(tb, res, a.quick, reps, a.work)
+            elif part == "scale":
+                from . import scale as mod
+                n = a.objects or (50_000 if a.quick else 1_000_000)
+                size = 8 if n <= 100_000 else max(16, n * 24 // 1_000_000)
+                with _testbed(a, fs_names, size_gib=size, ext4_inodes=max(1 << 20, n * 4)) as tb:
+                    mod.main(tb, res, a.quick, reps, a.work, n)
+        except KeyboardInterrupt:
+            log("interrupted; filesystems were torn down")
+            res.note(f"part {part} was interrupted")
+            res.save(a.out)
+            raise
+        except Exception as e:  # noqa: BLE001
+            import traceback
+            traceback.print_exc()
+            res.note(f"part {part} failed: {e}")
+        res.config["seconds"] = round(time.monotonic() - t0, 1)
+        res.save(a.out)
+        done.append(res.to_dict())
+        log(f"=== part {part} done in {time.monotonic() - t0:.0f} s ===")
+
+    name = "bench" if len(parts) == len(PARTS) else "bench-" + "-".join(parts)
+    table = rep.report(a.out, done, name=name)
+    print()
+    print(table)
+    print(f"\nresults: {a.out}/{name}.md, {name}.json, *.png  (total {time.monotonic() - t_all:.0f} s)")
+    return 0
+
+
+def _testbed(a, fs_names, size_gib: int, ext4_inodes=None) -> Testbed:
+    return Testbed(a.work, size_gib, fs_names, packfs_opts=os.environ.get("BENCH_PACKFS_OPTS", ""),
+                   backing=os.environ.get("BENCH_PACKFS_BACKING", "xfs"), ext4_inodes=ext4_inodes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+# Benchmarks (issue 5): packfs side by side with XFS and ext4.  See bench/__main__.py.
+#   make bench          every part, one table (bench-results/bench.md, .json, .png)
+#   make bench-fio      fio-jobs/ only
+#   make bench-swift    stock Swift object server workloads only
+#   make bench-scale    lots of small files (seed 004): walk, cold GETs, RSS, mount, recovery
+#   QUICK=1             small sizes, under 10 minutes in all
+# Knobs: BENCH_REPS, BENCH_WORK, BENCH_OUT, BENCH_FS, BENCH_OBJECTS, BENCH_PACKFS_OPTS,
+#        BENCH_PACKFS_BACKING (exported to the harness from the environment or make's command line).
+.PHONY: bench bench-fio bench-swift bench-scale bench-report
+
+BENCH_RUN = QUICK=$(QUICK) $(PY) -m bench
+
+bench: setup
+	$(BENCH_RUN) all
+
+bench-fio: setup
+	$(BENCH_RUN) fio
+
+bench-swift: setup
+	$(BENCH_RUN) swift
+
+bench-scale: setup
+	$(BENCH_RUN) scale
+
+bench-report: setup
+	$(PY) -m bench report
