@@ -1,0 +1,9 @@
+"""packfs: a FUSE filesystem that packs file contents into append-only volumes.
+
+Layers, top to bottom (imports only point down):
+  ops (pyfuse3 adapter) -> filesystem (core facade) -> namespace, writeback, journal
+  -> volumes, catalog -> records, disk.
+"""
+
+__version__ = "0.1.0"
+FORMAT_VERSION = 1

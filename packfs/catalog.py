@@ -1,0 +1,134 @@
+"""The SQLite catalog: checkpoints of the inode table, loaded at mount.
+
+A checkpoint writes only what changed since the previous one, in one transaction,
+together with the log position it reflects; the journal records after that position
+are replayed at mount (see recovery.py). WAL mode with synchronous=FULL makes each
+checkpoint durable when its transaction commits.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Iterable, Iterator
+
+import apsw
+
+from . import FORMAT_VERSION
+from .namespace import InodeRow
+
+_EXTENT = struct.Struct("<QIIQII")
+_XNAME = struct.Struct("<HI")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS inodes (
+    ino INTEGER PRIMARY KEY, mode INTEGER, uid INTEGER, gid INTEGER, nlink INTEGER,
+    size INTEGER, atime INTEGER, mtime INTEGER, ctime INTEGER, rdev INTEGER,
+    target BLOB, xattrs BLOB, extents BLOB, parent INTEGER);
+CREATE TABLE IF NOT EXISTS dirents (
+    parent INTEGER, name BLOB, ino INTEGER, PRIMARY KEY (parent, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS shared_records (
+    volume INTEGER, offset INTEGER, length INTEGER, refs INTEGER,
+    PRIMARY KEY (volume, offset)) WITHOUT ROWID;
+"""
+
+
+class CatalogError(Exception):
+    """The catalog is missing, damaged or of another format."""
+
+
+def pack_extents(extents: list | None) -> bytes | None:
+    if extents is None:
+        return None
+    return b"".join(_EXTENT.pack(*e) for e in extents)
+
+
+def unpack_extents(blob: bytes | None) -> list | None:
+    if blob is None:
+        return None
+    return [tuple(e) for e in _EXTENT.iter_unpack(blob)]
+
+
+def pack_xattrs(xattrs: dict[bytes, bytes] | None) -> bytes | None:
+    if not xattrs:
+        return None
+    return b"".join(_XNAME.pack(len(k), len(v)) + k + v for k, v in xattrs.items())
+
+
+def unpack_xattrs(blob: bytes | None) -> dict[bytes, bytes] | None:
+    if not blob:
+        return None
+    out, pos = {}, 0
+    while pos < len(blob):
+        nlen, vlen = _XNAME.unpack_from(blob, pos)
+        pos += _XNAME.size
+        out[bytes(blob[pos:pos + nlen])] = bytes(blob[pos + nlen:pos + nlen + vlen])
+        pos += nlen + vlen
+    return out
+
+
+class Catalog:
+    def __init__(self, path: str, create: bool = False) -> None:
+        flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if create else 0)
+        try:
+            self.db = apsw.Connection(path, flags=flags)
+            self.db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL")
+            if create:
+                self.db.execute(SCHEMA)
+            self.settings = dict(self.db.execute("SELECT key, value FROM settings"))
+        except apsw.Error as e:
+            raise CatalogError(f"catalog {path} is damaged: {e}") from e
+        if not create and self.settings.get("format") != FORMAT_VERSION:
+            raise CatalogError(f"catalog {path} has format {self.settings.get('format')}, "
+                               f"this packfs reads format {FORMAT_VERSION}")
+
+    def close(self) -> None:
+        self.db.close()
+
+    def initialise(self, pack_id: int) -> None:
+        with self.db:
+            self._put({"format": FORMAT_VERSION, "pack_id": pack_id, "volume": 1, "offset": 0,
+                       "seq": 1, "next_ino": 2})
+
+    def _put(self, values: dict) -> None:
+        self.db.executemany("INSERT OR REPLACE INTO settings VALUES (?, ?)", values.items())
+        self.settings.update(values)
+
+    def inode_rows(self) -> Iterator[InodeRow]:
+        for (ino, mode, uid, gid, nlink, size, at, mt, ct, rdev, target, xattrs, extents, parent) in \
+                self.db.execute("SELECT * FROM inodes"):
+            yield (ino, mode, uid, gid, nlink, size, at, mt, ct, rdev, target,
+                   unpack_xattrs(xattrs), unpack_extents(extents), parent)
+
+    def dirents(self) -> Iterator[tuple[int, bytes, int]]:
+        return self.db.execute("SELECT parent, name, ino FROM dirents")
+
+    def shared_records(self) -> Iterator[tuple[int, int, int, int]]:
+        return self.db.execute("SELECT volume, offset, length, refs FROM shared_records")
+
+    def checkpoint(self, rows: Iterable[InodeRow], removed: Iterable[int],
+                   dirents: Iterable[tuple[int, bytes, int | None]],
+                   refs: Iterable[tuple[tuple[int, int, int], int]], settings: dict) -> None:
+        """Write one checkpoint in one transaction. May block: run it off the event loop."""
+        with self.db:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO inodes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                ((r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10],
+                  pack_xattrs(r[11]), pack_extents(r[12]), r[13]) for r in rows))
+            self.db.executemany("DELETE FROM inodes WHERE ino = ?", ((i,) for i in removed))
+            for parent, name, ino in dirents:
+                if ino is None:
+                    self.db.execute("DELETE FROM dirents WHERE parent = ? AND name = ?", (parent, name))
+                else:
+                    self.db.execute("INSERT OR REPLACE INTO dirents VALUES (?,?,?)", (parent, name, ino))
+            for (vol, off, length), count in refs:
+                if count > 1:
+                    self.db.execute("INSERT OR REPLACE INTO shared_records VALUES (?,?,?,?)",
+                                    (vol, off, length, count))
+                else:
+                    self.db.execute("DELETE FROM shared_records WHERE volume = ? AND offset = ?", (vol, off))
+            self._put(settings)
+
+    def counts(self) -> tuple[int, int]:
+        inodes = self.db.execute("SELECT count(*) FROM inodes").fetchall()[0][0]
+        dirents = self.db.execute("SELECT count(*) FROM dirents").fetchall()[0][0]
+        return inodes, dirents

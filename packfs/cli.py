@@ -1,0 +1,222 @@
+"""The packfs command: mount, umount, stats, fsck."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+
+from . import __version__, control, pack
+from .disk import Disk
+from .options import OptionError, Options
+
+
+def die(message: str) -> "NoReturn":  # type: ignore[name-defined]
+    print(f"packfs: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def mounts() -> dict[str, tuple[str, str]]:
+    """Mount point -> (source, fstype), from /proc/mounts."""
+    out = {}
+    with open("/proc/mounts") as f:
+        for line in f:
+            src, target, fstype = line.split()[:3]
+            out[target.replace("\\040", " ")] = (src.replace("\\040", " "), fstype)
+    return out
+
+
+def _check_mountpoint(mountpoint: str) -> None:
+    if mountpoint in mounts():
+        die(f"{mountpoint} is already a mount point")
+    if not os.path.isdir(mountpoint):
+        die(f"mount point {mountpoint} does not exist or is not a directory")
+    if os.listdir(mountpoint):
+        die(f"mount point {mountpoint} is not empty")
+
+
+def _prepare_packdir(packdir: str) -> None:
+    """Initialise an empty or missing PACKDIR; refuse a foreign or incompatible one."""
+    if os.path.exists(packdir) and not os.path.isdir(packdir):
+        die(f"{packdir} is not a directory")
+    try:
+        pack.initialise(packdir, Disk())
+        pack.read_marker(packdir)
+    except (pack.PackError, OSError) as e:
+        die(str(e))
+
+
+def _setup_logging(packdir: str, foreground: bool, debug: bool) -> None:
+    level = logging.DEBUG if debug else logging.INFO
+    fmt = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
+    if foreground:
+        logging.basicConfig(level=level, format=fmt, stream=sys.stderr)
+    else:
+        logging.basicConfig(level=level, format=fmt, filename=os.path.join(packdir, "packfs.log"))
+
+
+def cmd_mount(args: argparse.Namespace) -> int:
+    packdir = os.path.abspath(args.packdir)
+    mountpoint = os.path.abspath(args.mountpoint)
+    try:
+        opts = Options.parse(args.o)
+    except OptionError as e:
+        die(str(e))
+    _check_mountpoint(mountpoint)
+    _prepare_packdir(packdir)
+    from .daemon import Daemon  # pyfuse3 is needed only by the daemon
+    daemon = Daemon(packdir, mountpoint, opts)
+    if args.foreground:
+        _setup_logging(packdir, True, opts.debug)
+
+        def ready(error: str) -> None:
+            if error:
+                print(f"packfs: {error}", file=sys.stderr)
+        return daemon.run(ready)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(write_end)
+        with os.fdopen(read_end) as f:
+            message = f.read()
+        if message != "ok":
+            os.waitpid(pid, 0)
+            die(message or "the daemon died before the mount was ready; see packfs.log")
+        return 0
+    # The daemon: a session of its own, no terminal, logs to the pack directory.
+    os.close(read_end)
+    os.setsid()
+    try:
+        _setup_logging(packdir, False, opts.debug)
+    except OSError as e:
+        os.write(write_end, str(e).encode())
+        os._exit(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+
+    def report(error: str) -> None:
+        nonlocal write_end
+        if write_end >= 0:
+            os.write(write_end, (error or "ok").encode())
+            os.close(write_end)
+            write_end = -1
+    try:
+        code = daemon.run(report)
+    except BaseException:
+        logging.getLogger("packfs").exception("daemon failed")
+        report("the daemon failed; see packfs.log")
+        code = 1
+    logging.shutdown()
+    os._exit(code)
+
+
+def _pack_of(mountpoint: str) -> str:
+    mountpoint = os.path.abspath(mountpoint)
+    entry = mounts().get(mountpoint)
+    if entry is None or entry[1] != "fuse.packfs":
+        die(f"{mountpoint} is not a mounted packfs")
+    return entry[0]
+
+
+def cmd_umount(args: argparse.Namespace) -> int:
+    packdir = _pack_of(args.mountpoint)
+    pid_file = os.path.join(packdir, "daemon.pid")
+    try:
+        pid = int(open(pid_file).read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pid = 0
+    try:
+        control.request(pack.read_marker(packdir)["pack_id"], "sync")
+    except OSError as e:
+        print(f"packfs: warning: could not checkpoint before unmounting: {e}", file=sys.stderr)
+    r = subprocess.run(["fusermount3", "-u", os.path.abspath(args.mountpoint)], capture_output=True, text=True)
+    if r.returncode:
+        die(f"cannot unmount {args.mountpoint}: {r.stderr.strip()}")
+    while pid and _alive(pid):
+        time.sleep(0.02)
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    packdir = _pack_of(args.mountpoint)
+    stats = control.request(pack.read_marker(packdir)["pack_id"], "stats")
+    if args.json:
+        print(json.dumps(stats, indent=2))
+        return 0
+    print(format_stats(stats))
+    return 0
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return str(n)
+
+
+def format_stats(s: dict) -> str:
+    lines = [
+        f"files          {s['files']:>12,}   directories {s['directories']:,}",
+        f"bytes          {_size(s['bytes']):>12}   in {s['volumes']} volume(s)",
+        f"live / dead    {_size(s['live_bytes']):>12} / {_size(s['dead_bytes'])}   "
+        f"(disk holds {_size(s['disk_allocated_bytes'])}, punched {_size(s['punched_bytes'])})",
+        f"daemon RSS     {_size(s['rss_bytes']):>12}   ({s['rss_per_file']:.0f} B per file)",
+        f"commits        {s['commits']:>12,}   device flushes {s['device_flushes']:,}, "
+        f"writes {s['device_writes']:,}, checkpoints {s['checkpoints']:,}",
+    ]
+    if s.get("broken"):
+        lines.append(f"BROKEN         writes refused after an I/O error: {s['broken']}")
+    lines.append("")
+    lines.append(f"{'operation':<12} {'count':>10} {'errors':>8} {'mean us':>9} {'p50 us':>9} {'p99 us':>9}")
+    for op, o in s["operations"].items():
+        lines.append(f"{op:<12} {o['count']:>10,} {o['errors']:>8,} {o['mean_us']:>9} {o['p50_us']:>9} {o['p99_us']:>9}")
+    return "\n".join(lines)
+
+
+def cmd_fsck(args: argparse.Namespace) -> int:
+    from .fsck import fsck
+    return fsck(os.path.abspath(args.packdir), repair=args.repair)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="packfs", description="Small files packed into append-only volumes, "
+                                     "served as a POSIX tree over FUSE.")
+    parser.add_argument("--version", action="version", version=f"packfs {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("mount", help="mount PACKDIR at MOUNTPOINT (initialising an empty PACKDIR)")
+    m.add_argument("packdir")
+    m.add_argument("mountpoint")
+    m.add_argument("-o", metavar="OPT[,OPT...]", help="mount options (see README)")
+    m.add_argument("-f", "--foreground", action="store_true", help="do not daemonise; log to stderr")
+    m.set_defaults(func=cmd_mount)
+    u = sub.add_parser("umount", help="flush, checkpoint and unmount")
+    u.add_argument("mountpoint")
+    u.set_defaults(func=cmd_umount)
+    s = sub.add_parser("stats", help="files, bytes, space, RSS and per-operation latency of a mount")
+    s.add_argument("mountpoint")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_stats)
+    f = sub.add_parser("fsck", help="verify every record and the catalog of an unmounted pack")
+    f.add_argument("packdir")
+    f.add_argument("--repair", action="store_true", help="make the pack consistent; report what was done")
+    f.set_defaults(func=cmd_fsck)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

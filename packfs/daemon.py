@@ -1,0 +1,105 @@
+"""The mounted daemon: open the pack, mount, serve FUSE requests until unmounted."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from typing import Callable
+
+import pyfuse3
+import trio
+
+from . import control, pack
+from .disk import Disk
+from .filesystem import Filesystem
+from .ops import Operations
+from .options import Options
+
+log = logging.getLogger("packfs")
+
+Ready = Callable[[str], None]  # '' once mounted and serving, else the reason it failed
+
+
+def fuse_options(packdir: str, opts: Options) -> set[str]:
+    out = {"fsname=" + packdir, "subtype=packfs", "default_permissions"}
+    if opts.allow_other:
+        out.add("allow_other")
+    if opts.debug:
+        out.add("debug")
+    return out
+
+
+class Daemon:
+    def __init__(self, packdir: str, mountpoint: str, opts: Options) -> None:
+        self.packdir = packdir
+        self.mountpoint = mountpoint
+        self.opts = opts
+        self.unmounted = False  # the kernel unmounted us (fusermount3 -u, umount)
+        self.terminated = False  # a signal asked us to stop
+
+    def run(self, ready: Ready) -> int:
+        disk = Disk()
+        try:
+            lock_fd = pack.lock(self.packdir)
+        except (pack.PackError, OSError) as e:
+            ready(str(e))
+            return 1
+        try:
+            p = pack.open_pack(self.packdir, disk, self.opts.volume_size, self.opts.cache_size)
+        except Exception as e:
+            log.exception("cannot open %s", self.packdir)
+            ready(f"cannot open {self.packdir}: {e}")
+            os.close(lock_fd)
+            return 1
+        if p.recovery.changed:
+            log.info("recovery replayed %d commits, dropped %d orphan inodes in %.2f s",
+                     p.recovery.replayed, p.recovery.orphans, p.recovery.seconds)
+        fs = Filesystem(p, self.opts, disk)
+        ops = Operations(fs)
+        try:
+            pyfuse3.init(ops, self.mountpoint, fuse_options(self.packdir, self.opts))
+        except Exception as e:
+            ready(f"cannot mount {self.mountpoint}: {e}")
+            p.volumes.close()
+            p.catalog.close()
+            os.close(lock_fd)
+            return 1
+        pack.write_pid(lock_fd)
+        try:
+            trio.run(self._serve, fs, ops, ready)
+        finally:
+            # Whatever ended the daemon (a signal, a bug), never leave a dead mount behind.
+            pyfuse3.close(unmount=not self.unmounted)
+            p.volumes.close()
+            p.catalog.close()
+            os.ftruncate(lock_fd, 0)
+            os.close(lock_fd)
+        return 0
+
+    async def _serve(self, fs: Filesystem, ops: Operations, ready: Ready) -> None:
+        async def on_control(command: str) -> dict:
+            if command == "stats":
+                return {**fs.stats(), "operations": ops.opstats.report()}
+            if command == "sync":
+                await fs.journal.checkpoint()
+                return {"ok": True}
+            return {"error": f"unknown command {command!r}"}
+
+        async with trio.open_nursery() as nursery:
+            await fs.start(nursery)
+            await nursery.start(control.serve, fs.pack.pack_id, on_control)
+            nursery.start_soon(self._stop_on_signal)
+            ready("")
+            await pyfuse3.main(min_tasks=4, max_tasks=self.opts.max_tasks)
+            self.unmounted = not self.terminated
+            log.info("unmounted; writing the final checkpoint")
+            await fs.close()
+            nursery.cancel_scope.cancel()
+
+    async def _stop_on_signal(self) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                log.info("signal received: unmounting")
+                self.terminated = True
+                pyfuse3.terminate()
+                return

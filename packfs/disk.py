@@ -1,0 +1,68 @@
+"""The only module that performs OS I/O on the backing store.
+
+Everything packfs writes to or reads from its volumes goes through a `Disk`, so that
+tests can substitute one that records writes and flushes, injects errors and simulates
+a power cut (see tests/faultdisk.py).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+
+_FALLOC_FL_KEEP_SIZE = 0x01
+_FALLOC_FL_PUNCH_HOLE = 0x02
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+
+
+class Disk:
+    """Real files on the backing filesystem. Methods may block: call them off the event loop."""
+
+    def open(self, path: str, create: bool = False) -> int:
+        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        return os.open(path, flags, 0o600)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(fd, view, offset)
+            view, offset = view[n:], offset + n
+
+    def pread(self, fd: int, length: int, offset: int) -> bytes:
+        return os.pread(fd, length, offset)
+
+    def fdatasync(self, fd: int) -> None:
+        os.fdatasync(fd)
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def punch_hole(self, fd: int, offset: int, length: int) -> None:
+        """Free the blocks of [offset, offset+length) without changing the file size."""
+        if _libc.fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+
+    def truncate(self, fd: int, size: int) -> None:
+        os.ftruncate(fd, size)
+
+    def size(self, fd: int) -> int:
+        return os.fstat(fd).st_size
+
+    def allocated_bytes(self, fd: int) -> int:
+        return os.fstat(fd).st_blocks * 512
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+    def statvfs(self, path: str) -> os.statvfs_result:
+        return os.statvfs(path)

@@ -1,0 +1,88 @@
+"""Extent maps: which byte ranges of a file live in which volume records.
+
+A map is a list of `Extent` tuples sorted by file offset and never overlapping:
+
+    (file_offset, length, volume, record_offset, skip, record_length)
+
+`skip` is where the extent starts inside the record's payload; `record_length` is the
+payload length, so a record can be freed exactly once no extent refers to it. A record
+is named by its key (volume, record_offset, record_length).
+"""
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Iterator
+
+Extent = tuple[int, int, int, int, int, int]
+RecordKey = tuple[int, int, int]
+INFINITY = 1 << 63
+
+
+def key(e: Extent) -> RecordKey:
+    return (e[2], e[3], e[5])
+
+
+def punch(extents: list[Extent], start: int, end: int) -> tuple[list[Extent], list[RecordKey], list[RecordKey]]:
+    """Remove [start, end) from the map, in place.
+
+    Returns the map, the record keys that lost an extent entirely (dropped) and those
+    that gained one because an extent was split in two (split).
+    """
+    if start >= end or not extents:
+        return extents, [], []
+    i = bisect_left(extents, (start,))
+    if i > 0 and extents[i - 1][0] + extents[i - 1][1] > start:
+        i -= 1
+    j = bisect_left(extents, (end,), lo=i)
+    if i == j:
+        return extents, [], []
+    kept: list[Extent] = []
+    dropped: list[RecordKey] = []
+    split: list[RecordKey] = []
+    for f, ln, v, r, s, rl in extents[i:j]:
+        left = f < start
+        right = f + ln > end
+        if left:
+            kept.append((f, start - f, v, r, s, rl))
+        if right:
+            kept.append((end, f + ln - end, v, r, s + (end - f), rl))
+        if left and right:
+            split.append((v, r, rl))
+        elif not left and not right:
+            dropped.append((v, r, rl))
+    extents[i:j] = kept
+    return extents, dropped, split
+
+
+def insert(extents: list[Extent], e: Extent) -> tuple[list[Extent], list[RecordKey], list[RecordKey]]:
+    """Map [e.file_offset, +e.length) to a new record, replacing what was there."""
+    start = e[0]
+    if not extents or extents[-1][0] + extents[-1][1] <= start:  # the append fast path
+        extents.append(e)
+        return extents, [], []
+    extents, dropped, split = punch(extents, start, start + e[1])
+    extents.insert(bisect_left(extents, (start,)), e)
+    return extents, dropped, split
+
+
+def pieces(extents: list[Extent], start: int, end: int) -> Iterator[tuple[int, int, Extent | None]]:
+    """Cover [start, end) with (offset, length, extent-or-None-for-a-hole) pieces."""
+    i = bisect_left(extents, (start,))
+    if i > 0 and extents[i - 1][0] + extents[i - 1][1] > start:
+        i -= 1
+    pos = start
+    for e in extents[i:]:
+        if pos >= end:
+            break
+        f, ln = e[0], e[1]
+        if f >= end:
+            break
+        if f > pos:
+            yield pos, f - pos, None
+            pos = f
+        stop = min(end, f + ln)
+        if stop > pos:
+            yield pos, stop - pos, e
+            pos = stop
+    if pos < end:
+        yield pos, end - pos, None

@@ -1,0 +1,225 @@
+"""The core facade: one packfs, as the FUSE adapter sees it, with no pyfuse3 in sight.
+
+It ties the namespace, write-behind and journal together and owns the open handles.
+Every method is either synchronous (served from memory) or awaits only the store.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+import time
+from dataclasses import dataclass
+
+import trio
+
+from .disk import Disk
+from .errors import FsError
+from .journal import Journal
+from .namespace import Inode
+from .options import Options
+from .pack import Pack
+from .writeback import WriteBehind
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Setattr:
+    """Which attributes a setattr changes; None leaves one alone."""
+
+    mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
+    size: int | None = None
+    atime: int | None = None
+    mtime: int | None = None
+    ctime: int | None = None
+
+
+class Filesystem:
+    def __init__(self, pack: Pack, options: Options, disk: Disk | None = None) -> None:
+        self.pack = pack
+        self.options = options
+        self.disk = disk or pack.volumes.disk
+        self.ns = pack.ns
+        self.volumes = pack.volumes
+        self.wb = WriteBehind(self.ns, self.volumes, options.disk_chunk_size, options.max_dirty)
+        self.journal = Journal(self.ns, self.volumes, self.wb, pack.catalog, options.checkpoint_bytes)
+        self.journal._metas = list(pack.recovery.metas)
+        self.handles: dict[int, Inode] = {}
+        self._next_fh = 1
+        self.started = time.time()
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Run the appender and checkpointer; checkpoint at once if recovery changed anything."""
+        nursery.start_soon(self.volumes.run)
+        nursery.start_soon(self.journal.run_checkpointer)
+        if self.pack.recovery.changed:
+            await self.journal.checkpoint()
+
+    async def close(self) -> None:
+        """Flush everything and checkpoint, so the next mount replays nothing."""
+        await self.journal.checkpoint()
+
+    # -- namespace ------------------------------------------------------------------
+
+    def lookup(self, parent: int, name: bytes) -> Inode | None:
+        return self.ns.lookup(parent, name)
+
+    def getattr(self, ino: int) -> Inode:
+        return self.ns.get(ino)
+
+    def create(self, parent: int, name: bytes, mode: int, uid: int, gid: int, rdev: int = 0,
+               target: bytes | None = None) -> Inode:
+        return self.ns.create(parent, name, mode, uid, gid, rdev, target)
+
+    def link(self, ino: int, parent: int, name: bytes) -> Inode:
+        return self.ns.link(ino, parent, name)
+
+    def unlink(self, parent: int, name: bytes) -> None:
+        self._forget_if_unused(self.ns.unlink(parent, name))
+
+    def rmdir(self, parent: int, name: bytes) -> None:
+        self.ns.release(self.ns.rmdir(parent, name))
+
+    def rename(self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes, flags: int) -> None:
+        replaced = self.ns.rename(old_parent, old_name, new_parent, new_name, flags)
+        if replaced is not None:
+            self._forget_if_unused(replaced)
+
+    def readlink(self, ino: int) -> bytes:
+        node = self.ns.get(ino)
+        if node.target is None:
+            raise FsError(errno.EINVAL)
+        return node.target
+
+    def _forget_if_unused(self, node: Inode) -> None:
+        if node.nlink == 0 and node.opens == 0:
+            self.wb.discard(node)
+            self.ns.release(node)
+
+    async def setattr(self, ino: int, change: Setattr) -> Inode:
+        node = self.ns.get(ino)
+        now = time.time_ns()
+        if change.size is not None:
+            if node.is_dir:
+                raise FsError(errno.EISDIR)
+            if not node.is_reg:
+                raise FsError(errno.EINVAL)
+            self.wb.truncate(node, change.size)
+            node.mtime = now
+        if change.mode is not None:
+            node.mode = stat.S_IFMT(node.mode) | stat.S_IMODE(change.mode)
+        if change.uid is not None:
+            node.uid = change.uid
+        if change.gid is not None:
+            node.gid = change.gid
+        if change.atime is not None:
+            node.atime = change.atime
+        if change.mtime is not None:
+            node.mtime = change.mtime
+        node.ctime = change.ctime if change.ctime is not None else now
+        self.ns.touch(node)
+        return node
+
+    # -- xattrs -------------------------------------------------------------------
+
+    def getxattr(self, ino: int, name: bytes) -> bytes:
+        return self.ns.getxattr(ino, name)
+
+    def listxattr(self, ino: int) -> list[bytes]:
+        return self.ns.listxattr(ino)
+
+    def setxattr(self, ino: int, name: bytes, value: bytes) -> None:
+        self.ns.setxattr(ino, name, value)
+
+    def removexattr(self, ino: int, name: bytes) -> None:
+        self.ns.removexattr(ino, name)
+
+    # -- contents -------------------------------------------------------------------
+
+    def open(self, ino: int, truncate: bool = False) -> int:
+        node = self.ns.get(ino)
+        if node.is_dir:
+            raise FsError(errno.EISDIR)
+        if truncate and node.is_reg and node.size:
+            self.wb.truncate(node, 0)
+            node.mtime = node.ctime = time.time_ns()
+            self.ns.touch(node)
+        node.opens += 1
+        fh = self._next_fh
+        self._next_fh += 1
+        self.handles[fh] = node
+        return fh
+
+    def _handle(self, fh: int) -> Inode:
+        node = self.handles.get(fh)
+        if node is None:
+            raise FsError(errno.EBADF)
+        return node
+
+    async def read(self, fh: int, offset: int, size: int) -> bytes:
+        return await self.wb.read(self._handle(fh), offset, size)
+
+    async def write(self, fh: int, offset: int, data: bytes) -> int:
+        return await self.wb.write(self._handle(fh), offset, data)
+
+    async def release(self, fh: int) -> None:
+        node = self.handles.pop(fh, None)
+        if node is None:
+            return
+        node.opens -= 1
+        if node.nlink == 0 and node.opens == 0:
+            self._forget_if_unused(node)
+            return
+        if node.wbuf is not None and node.opens == 0:
+            try:
+                await self.volumes.ensure_space(self.wb.footprint())
+            except FsError as e:
+                log.warning("inode %d stays buffered at release: %s", node.ino, e)
+                return
+            self.wb.flush(node)
+
+    async def fsync(self) -> None:
+        await self.journal.commit()
+
+    # -- the whole filesystem -------------------------------------------------------
+
+    def statfs(self) -> os.statvfs_result:
+        return self.disk.statvfs(self.pack.path)
+
+    def stats(self) -> dict:
+        files = dirs = size = 0
+        for node in self.ns:
+            if node.is_dir:
+                dirs += 1
+            else:
+                files += 1
+                size += node.size
+        v = self.volumes
+        allocated = sum(self.disk.allocated_bytes(v.fd(n)) for n in v.existing())
+        rss = _rss_bytes()
+        return {
+            "files": files, "directories": dirs, "bytes": size, "inodes": len(self.ns),
+            "volumes": len(v.existing()), "live_bytes": v.stats.live_bytes,
+            "dead_bytes": v.stats.dead_bytes + sum(r[2] for r in self.ns.frees),
+            "punched_bytes": v.stats.punched_bytes, "disk_allocated_bytes": allocated,
+            "appended_bytes": v.appended, "device_writes": v.stats.writes,
+            "device_flushes": v.stats.flushes, "commits": self.journal.commits,
+            "checkpoints": self.journal.checkpoints, "dirty_bytes": self.wb.dirty_bytes,
+            "rss_bytes": rss, "rss_per_file": rss / max(1, files),
+            "recovery": {"replayed": self.pack.recovery.replayed, "orphans": self.pack.recovery.orphans,
+                         "seconds": round(self.pack.recovery.seconds, 3)},
+            "uptime_seconds": round(time.time() - self.started, 1),
+            "broken": os.strerror(v.broken) if v.broken else None,
+        }
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0

@@ -1,0 +1,141 @@
+"""The journal: metadata records in the volume log, group commit, and checkpoints.
+
+A commit appends every buffered write, then one META record holding a snapshot of
+everything in the namespace that changed since the previous commit (whole inodes,
+directory entries, shared-record counts), then waits for the flush that covers it.
+Many fsyncs at once share one flush: the appender writes whatever is queued in one
+batch. Commits are global, so fsync(file) and fsync(dir) both make every earlier
+change durable, which is more than the contract asks and never less.
+
+A checkpoint writes what changed since the previous checkpoint to the catalog, with
+the log position it reflects. Records that died before that position are punched only
+then, so the part of the log that recovery replays never contains a punched record.
+"""
+from __future__ import annotations
+
+import logging
+import marshal
+import time
+
+import trio
+
+from . import extents as ext
+from . import records
+from .catalog import Catalog
+from .namespace import Changes, Namespace
+from .volumes import Volumes
+from .writeback import WriteBehind
+
+log = logging.getLogger(__name__)
+
+MARSHAL_VERSION = 4
+
+
+def encode(ns: Namespace, changes: Changes) -> bytes:
+    """A META payload: (inode rows, removed inodes, dirents, shared-record counts, next ino)."""
+    return marshal.dumps((*snapshot(ns, changes), ns.next_ino), MARSHAL_VERSION)
+
+
+def apply(ns: Namespace, payload: bytes) -> None:
+    """Replay one META payload onto the namespace (recovery)."""
+    rows, removed, dirents, refs, next_ino = marshal.loads(payload)
+    changed = ns.catalog_changes
+    for row in rows:
+        ns.load_inode(row)
+        changed.inodes.add(row[0])
+    for parent, name, ino in dirents:
+        if parent in ns.inodes:
+            ns.load_dirent(parent, name, ino)
+        changed.dirents.add((parent, name))
+    for k, count in refs:
+        ns.set_ref(tuple(k), count)
+        changed.refs.add(tuple(k))
+    for ino in removed:
+        ns.drop_inode(ino)
+        changed.inodes.add(ino)
+    ns.next_ino = max(ns.next_ino, next_ino)
+
+
+def snapshot(ns: Namespace, changes: Changes) -> tuple[list, list, list, list]:
+    rows, removed = [], []
+    for ino in changes.inodes:
+        node = ns.inodes.get(ino)
+        if node is None:
+            removed.append(ino)
+        else:
+            rows.append(node.row())
+    dirents = [(p, name, ns.dirent(p, name)) for p, name in changes.dirents]
+    refs = [(k, ns.refs.get(k, 1)) for k in changes.refs]
+    return rows, removed, dirents, refs
+
+
+class Journal:
+    def __init__(self, ns: Namespace, volumes: Volumes, wb: WriteBehind, catalog: Catalog,
+                 checkpoint_bytes: int) -> None:
+        self.ns = ns
+        self.volumes = volumes
+        self.wb = wb
+        self.catalog = catalog
+        self.checkpoint_bytes = checkpoint_bytes
+        self._metas: list[ext.RecordKey] = []  # META records since the last checkpoint
+        self._appended_at_checkpoint = 0
+        self._checkpoint_lock = trio.Lock()
+        self._checkpoint_wanted = trio.Event()
+        self.commits = 0
+        self.checkpoints = 0
+        self.last_checkpoint_seconds = 0.0
+
+    def _stage(self) -> None:
+        """Synchronously queue all buffered data and one META of all changes."""
+        self.wb.flush_all()
+        changes = self.ns.take_journal_changes()
+        if changes:
+            payload = encode(self.ns, changes)
+            vol, off, _ = self.volumes.append(records.META, 0, 0, payload, sync=True)
+            self._metas.append((vol, off, len(payload)))
+            self.commits += 1
+
+    async def commit(self) -> None:
+        """Make every change so far durable (fsync, fsyncdir)."""
+        await self.volumes.ensure_space(self.wb.footprint() + records.BLOCK, metadata=True)
+        self._stage()
+        await self.volumes.wait_durable(self.volumes.last_ticket)
+        if self.volumes.appended - self._appended_at_checkpoint > self.checkpoint_bytes or \
+                len(self.ns.catalog_changes.inodes) > 200_000:
+            self._checkpoint_wanted.set()
+
+    async def checkpoint(self) -> None:
+        """Commit, write the catalog, then punch the records that died before it."""
+        async with self._checkpoint_lock:
+            started = time.monotonic()
+            await self.volumes.ensure_space(self.wb.footprint() + records.BLOCK, metadata=True)
+            self._stage()
+            position = {"volume": self.volumes.active, "offset": self.volumes.tail,
+                        "seq": self.volumes.seq, "next_ino": self.ns.next_ino}
+            taken = self.ns.take_catalog_changes()
+            rows, removed, dirents, refs = snapshot(self.ns, taken)
+            frees, metas = self.ns.take_frees(), self._metas
+            self._metas = []
+            try:
+                await self.volumes.wait_durable(self.volumes.last_ticket)
+                await trio.to_thread.run_sync(self.catalog.checkpoint, rows, removed, dirents, refs, position)
+            except BaseException:
+                # Nothing was lost: what this checkpoint took goes into the next one.
+                self.ns.catalog_changes.merge(taken)
+                self.ns.frees[:0] = frees
+                self._metas[:0] = metas
+                raise
+            self._appended_at_checkpoint = self.volumes.appended
+            await self.volumes.punch(frees + metas)
+            self.checkpoints += 1
+            self.last_checkpoint_seconds = time.monotonic() - started
+
+    async def run_checkpointer(self) -> None:
+        """Background task: checkpoint whenever the log has grown enough (never on a timer)."""
+        while True:
+            await self._checkpoint_wanted.wait()
+            self._checkpoint_wanted = trio.Event()
+            try:
+                await self.checkpoint()
+            except Exception:
+                log.exception("checkpoint failed; will retry after the next commit")

@@ -1,0 +1,457 @@
+"""The inode table: inodes, directory entries, xattrs and extent maps, in memory.
+
+It is the only source for lookups, attributes, listings and xattrs, so those never
+touch the disk. Every mutation is recorded in two change sets: one the journal takes
+at each commit, one the catalog takes at each checkpoint. Nothing here does I/O.
+"""
+from __future__ import annotations
+
+import errno
+import stat
+import time
+from typing import Iterable, Iterator
+
+from . import extents as ext
+from .errors import FsError, enoent
+
+ROOT = 1
+NAME_MAX = 255
+XATTR_SIZE_MAX = 65536
+RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2
+
+# A snapshot of one inode, as the journal and the catalog store it.
+InodeRow = tuple  # (ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, xattrs, extents, parent)
+
+
+class Inode:
+    """One file, directory, symlink or special file. Slots keep it small in RAM."""
+
+    __slots__ = ("ino", "mode", "uid", "gid", "nlink", "size", "atime", "mtime", "ctime", "rdev",
+                 "target", "xattrs", "extents", "entries", "parent", "opens", "wbuf")
+
+    def __init__(self, ino: int, mode: int, uid: int, gid: int, now: int) -> None:
+        self.ino = ino
+        self.mode = mode
+        self.uid = uid
+        self.gid = gid
+        self.nlink = 2 if stat.S_ISDIR(mode) else 1
+        self.size = 0
+        self.atime = self.mtime = self.ctime = now
+        self.rdev = 0
+        self.target: bytes | None = None
+        self.xattrs: dict[bytes, bytes] | None = None
+        self.extents: list[ext.Extent] | None = [] if stat.S_ISREG(mode) else None
+        self.entries: dict[bytes, int] | None = {} if stat.S_ISDIR(mode) else None
+        self.parent = 0
+        self.opens = 0
+        self.wbuf = None  # writeback.Buffer while the file has unflushed data
+
+    @property
+    def is_dir(self) -> bool:
+        return stat.S_ISDIR(self.mode)
+
+    @property
+    def is_reg(self) -> bool:
+        return stat.S_ISREG(self.mode)
+
+    def row(self) -> InodeRow:
+        return (self.ino, self.mode, self.uid, self.gid, self.nlink, self.size, self.atime, self.mtime,
+                self.ctime, self.rdev, self.target, dict(self.xattrs) if self.xattrs else None,
+                list(self.extents) if self.extents is not None else None, self.parent)
+
+    @classmethod
+    def from_row(cls, row: InodeRow) -> "Inode":
+        (ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, xattrs, extents, parent) = row
+        node = cls(ino, mode, uid, gid, 0)
+        node.nlink, node.size, node.atime, node.mtime, node.ctime, node.rdev = nlink, size, atime, mtime, ctime, rdev
+        node.target, node.xattrs, node.parent = target, xattrs or None, parent
+        if extents is not None:
+            node.extents = [tuple(e) for e in extents]  # type: ignore[misc]
+        return node
+
+
+class Changes:
+    """What changed since someone last took it: inodes, directory entries, record refs."""
+
+    __slots__ = ("inodes", "dirents", "refs")
+
+    def __init__(self) -> None:
+        self.inodes: set[int] = set()
+        self.dirents: set[tuple[int, bytes]] = set()
+        self.refs: set[ext.RecordKey] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.inodes or self.dirents or self.refs)
+
+    def merge(self, other: "Changes") -> None:
+        self.inodes |= other.inodes
+        self.dirents |= other.dirents
+        self.refs |= other.refs
+
+
+class Namespace:
+    def __init__(self) -> None:
+        self.inodes: dict[int, Inode] = {}
+        self.next_ino = ROOT + 1
+        # Records referred to by more than one extent (after a split); absent means one.
+        self.refs: dict[ext.RecordKey, int] = {}
+        # Records no extent refers to any more; punched once that fact is durable.
+        self.frees: list[ext.RecordKey] = []
+        self.journal_changes = Changes()
+        self.catalog_changes = Changes()
+
+    # -- building -------------------------------------------------------------
+
+    @classmethod
+    def fresh(cls, uid: int = 0, gid: int = 0) -> "Namespace":
+        ns = cls()
+        root = Inode(ROOT, stat.S_IFDIR | 0o755, uid, gid, time.time_ns())
+        root.parent = ROOT
+        ns.inodes[ROOT] = root
+        ns._touch(root)
+        return ns
+
+    def load_inode(self, row: InodeRow) -> None:
+        node = Inode.from_row(row)
+        if node.is_dir:
+            old = self.inodes.get(node.ino)
+            node.entries = old.entries if old is not None and old.entries is not None else {}
+        self.inodes[node.ino] = node
+        self.next_ino = max(self.next_ino, node.ino + 1)
+
+    def load_dirent(self, parent: int, name: bytes, ino: int | None) -> None:
+        entries = self.inodes[parent].entries
+        assert entries is not None
+        if ino is None:
+            entries.pop(name, None)
+        else:
+            entries[name] = ino
+
+    def drop_inode(self, ino: int) -> None:
+        self.inodes.pop(ino, None)
+
+    def set_ref(self, key: ext.RecordKey, count: int) -> None:
+        if count > 1:
+            self.refs[key] = count
+        else:
+            self.refs.pop(key, None)
+
+    # -- change tracking ------------------------------------------------------
+
+    def _touch(self, node: Inode) -> None:
+        self.journal_changes.inodes.add(node.ino)
+
+    def _touch_dirent(self, parent: int, name: bytes) -> None:
+        self.journal_changes.dirents.add((parent, name))
+
+    def take_journal_changes(self) -> Changes:
+        taken, self.journal_changes = self.journal_changes, Changes()
+        self.catalog_changes.merge(taken)
+        return taken
+
+    def take_catalog_changes(self) -> Changes:
+        taken, self.catalog_changes = self.catalog_changes, Changes()
+        return taken
+
+    def take_frees(self) -> list[ext.RecordKey]:
+        taken, self.frees = self.frees, []
+        return taken
+
+    def dirent(self, parent: int, name: bytes) -> int | None:
+        node = self.inodes.get(parent)
+        return node.entries.get(name) if node is not None and node.entries is not None else None
+
+    # -- reads ----------------------------------------------------------------
+
+    def get(self, ino: int) -> Inode:
+        node = self.inodes.get(ino)
+        if node is None:
+            raise enoent()
+        return node
+
+    def dir(self, ino: int) -> Inode:
+        node = self.get(ino)
+        if not node.is_dir:
+            raise FsError(errno.ENOTDIR)
+        return node
+
+    def lookup(self, parent: int, name: bytes) -> Inode | None:
+        d = self.dir(parent)
+        if name == b".":
+            return d
+        if name == b"..":
+            return self.inodes[d.parent]
+        ino = d.entries.get(name)  # type: ignore[union-attr]
+        return self.inodes[ino] if ino is not None else None
+
+    def listdir(self, ino: int) -> list[tuple[bytes, int]]:
+        return list(self.dir(ino).entries.items())  # type: ignore[union-attr]
+
+    def getxattr(self, ino: int, name: bytes) -> bytes:
+        x = self.get(ino).xattrs
+        if not x or name not in x:
+            raise FsError(errno.ENODATA)
+        return x[name]
+
+    def listxattr(self, ino: int) -> list[bytes]:
+        return list(self.get(ino).xattrs or ())
+
+    def __len__(self) -> int:
+        return len(self.inodes)
+
+    def __iter__(self) -> Iterator[Inode]:
+        return iter(self.inodes.values())
+
+    # -- namespace mutations --------------------------------------------------
+
+    def _new_name(self, parent: int, name: bytes) -> Inode:
+        if len(name) > NAME_MAX:
+            raise FsError(errno.ENAMETOOLONG)
+        if name in (b".", b"..") or b"/" in name or not name:
+            raise FsError(errno.EEXIST if name in (b".", b"..") else errno.EINVAL)
+        d = self.dir(parent)
+        if d.nlink == 0:
+            raise enoent()  # a removed directory accepts no new entries
+        if name in d.entries:  # type: ignore[operator]
+            raise FsError(errno.EEXIST)
+        return d
+
+    def _link_entry(self, d: Inode, name: bytes, node: Inode, now: int) -> None:
+        d.entries[name] = node.ino  # type: ignore[index]
+        d.mtime = d.ctime = now
+        self._touch(d)
+        self._touch_dirent(d.ino, name)
+
+    def _unlink_entry(self, d: Inode, name: bytes, now: int) -> None:
+        del d.entries[name]  # type: ignore[union-attr]
+        d.mtime = d.ctime = now
+        self._touch(d)
+        self._touch_dirent(d.ino, name)
+
+    def create(self, parent: int, name: bytes, mode: int, uid: int, gid: int,
+               rdev: int = 0, target: bytes | None = None) -> Inode:
+        """Create a file, directory, symlink or special file under parent."""
+        d = self._new_name(parent, name)
+        now = time.time_ns()
+        node = Inode(self.next_ino, mode, uid, gid, now)
+        self.next_ino += 1
+        node.rdev = rdev
+        if target is not None:
+            node.target = target
+            node.size = len(target)
+        if node.is_dir:
+            node.parent = d.ino
+            d.nlink += 1
+            if d.mode & stat.S_ISGID:  # BSD group semantics of setgid directories
+                node.gid = d.gid
+                node.mode |= stat.S_ISGID
+        elif d.mode & stat.S_ISGID:
+            node.gid = d.gid
+        self.inodes[node.ino] = node
+        self._touch(node)
+        self._link_entry(d, name, node, now)
+        return node
+
+    def link(self, ino: int, parent: int, name: bytes) -> Inode:
+        node = self.get(ino)
+        if node.is_dir:
+            raise FsError(errno.EPERM)
+        if node.nlink == 0:
+            raise enoent()
+        d = self._new_name(parent, name)
+        now = time.time_ns()
+        node.nlink += 1
+        node.ctime = now
+        self._touch(node)
+        self._link_entry(d, name, node, now)
+        return node
+
+    def unlink(self, parent: int, name: bytes) -> Inode:
+        """Remove a non-directory name; the caller releases the inode when unused."""
+        d = self.dir(parent)
+        node = self.lookup(parent, name)
+        if node is None:
+            raise enoent()
+        if node.is_dir:
+            raise FsError(errno.EISDIR)
+        now = time.time_ns()
+        self._unlink_entry(d, name, now)
+        node.nlink -= 1
+        node.ctime = now
+        self._touch(node)
+        return node
+
+    def rmdir(self, parent: int, name: bytes) -> Inode:
+        if name == b".":
+            raise FsError(errno.EINVAL)
+        if name == b"..":
+            raise FsError(errno.ENOTEMPTY)
+        d = self.dir(parent)
+        node = self.lookup(parent, name)
+        if node is None:
+            raise enoent()
+        if not node.is_dir:
+            raise FsError(errno.ENOTDIR)
+        if node.entries:
+            raise FsError(errno.ENOTEMPTY)
+        now = time.time_ns()
+        self._unlink_entry(d, name, now)
+        d.nlink -= 1
+        node.nlink = 0
+        node.ctime = now
+        self._touch(node)
+        return node
+
+    def _is_ancestor(self, a: int, b: int) -> bool:
+        """True if directory a is b or one of b's ancestors."""
+        while True:
+            if a == b:
+                return True
+            if b == ROOT:
+                return False
+            b = self.inodes[b].parent
+
+    def rename(self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes,
+               flags: int = 0) -> Inode | None:
+        """Atomically move old to new. Returns a replaced inode that lost its last name."""
+        if len(new_name) > NAME_MAX:
+            raise FsError(errno.ENAMETOOLONG)
+        if old_name in (b".", b"..") or new_name in (b".", b".."):
+            raise FsError(errno.EBUSY if old_name in (b".", b"..") else errno.EINVAL)
+        od, nd = self.dir(old_parent), self.dir(new_parent)
+        src = self.lookup(old_parent, old_name)
+        if src is None:
+            raise enoent()
+        dst = self.lookup(new_parent, new_name)
+        if src.is_dir and self._is_ancestor(src.ino, nd.ino):
+            raise FsError(errno.EINVAL)
+        if flags & RENAME_EXCHANGE:
+            if dst is None:
+                raise enoent()
+            if dst.is_dir and self._is_ancestor(dst.ino, od.ino):
+                raise FsError(errno.EINVAL)
+            return self._exchange(od, old_name, src, nd, new_name, dst)
+        if dst is not None:
+            if flags & RENAME_NOREPLACE:
+                raise FsError(errno.EEXIST)
+            if dst is src:
+                return None  # two names of one inode: POSIX says do nothing
+            if src.is_dir and not dst.is_dir:
+                raise FsError(errno.ENOTDIR)
+            if not src.is_dir and dst.is_dir:
+                raise FsError(errno.EISDIR)
+            if dst.is_dir and dst.entries:
+                raise FsError(errno.ENOTEMPTY)
+        now = time.time_ns()
+        replaced = None
+        if dst is not None:
+            self._unlink_entry(nd, new_name, now)
+            if dst.is_dir:
+                nd.nlink -= 1
+                dst.nlink = 0
+            else:
+                dst.nlink -= 1
+            dst.ctime = now
+            self._touch(dst)
+            replaced = dst
+        self._unlink_entry(od, old_name, now)
+        self._link_entry(nd, new_name, src, now)
+        if src.is_dir and od is not nd:
+            od.nlink -= 1
+            nd.nlink += 1
+            src.parent = nd.ino
+        src.ctime = now
+        self._touch(src)
+        return replaced
+
+    def _exchange(self, od: Inode, old_name: bytes, src: Inode, nd: Inode, new_name: bytes, dst: Inode) -> None:
+        now = time.time_ns()
+        od.entries[old_name] = dst.ino  # type: ignore[index]
+        nd.entries[new_name] = src.ino  # type: ignore[index]
+        for d, name in ((od, old_name), (nd, new_name)):
+            d.mtime = d.ctime = now
+            self._touch(d)
+            self._touch_dirent(d.ino, name)
+        if od is not nd and src.is_dir != dst.is_dir:
+            moved_in, moved_out = (nd, od) if src.is_dir else (od, nd)
+            moved_in.nlink += 1
+            moved_out.nlink -= 1
+        if src.is_dir:
+            src.parent = nd.ino
+        if dst.is_dir:
+            dst.parent = od.ino
+        for node in (src, dst):
+            node.ctime = now
+            self._touch(node)
+        return None
+
+    # -- attributes -------------------------------------------------------------
+
+    def touch(self, node: Inode) -> None:
+        """Mark an inode changed after the caller edited its attributes."""
+        self._touch(node)
+
+    def setxattr(self, ino: int, name: bytes, value: bytes) -> None:
+        if not name or len(name) > NAME_MAX:
+            raise FsError(errno.ERANGE)
+        if len(value) > XATTR_SIZE_MAX:
+            raise FsError(errno.E2BIG)
+        node = self.get(ino)
+        if node.xattrs is None:
+            node.xattrs = {}
+        node.xattrs[name] = bytes(value)
+        node.ctime = time.time_ns()
+        self._touch(node)
+
+    def removexattr(self, ino: int, name: bytes) -> None:
+        node = self.get(ino)
+        if not node.xattrs or name not in node.xattrs:
+            raise FsError(errno.ENODATA)
+        del node.xattrs[name]
+        if not node.xattrs:
+            node.xattrs = None
+        node.ctime = time.time_ns()
+        self._touch(node)
+
+    # -- contents ---------------------------------------------------------------
+
+    def map_extent(self, node: Inode, e: ext.Extent) -> None:
+        """Point [e.offset, +e.length) of a file at a freshly written record."""
+        assert node.extents is not None
+        _, dropped, split = ext.insert(node.extents, e)
+        self._account(dropped, split)
+        self._touch(node)
+
+    def truncate_extents(self, node: Inode, size: int) -> None:
+        if node.extents:
+            _, dropped, split = ext.punch(node.extents, size, ext.INFINITY)
+            self._account(dropped, split)
+        self._touch(node)
+
+    def release(self, node: Inode) -> bool:
+        """Forget an inode that has neither names nor open handles; True if it went."""
+        if node.nlink > 0 or node.opens > 0 or node.ino not in self.inodes:
+            return False
+        if node.extents:
+            self._account([ext.key(e) for e in node.extents], [])
+            node.extents = []
+        del self.inodes[node.ino]
+        self._touch(node)
+        return True
+
+    def _account(self, dropped: Iterable[ext.RecordKey], split: Iterable[ext.RecordKey]) -> None:
+        changed = self.journal_changes.refs
+        for k in split:
+            self.refs[k] = self.refs.get(k, 1) + 1
+            changed.add(k)
+        for k in dropped:
+            n = self.refs.get(k, 1) - 1
+            if k in self.refs:
+                changed.add(k)
+            if n <= 0:
+                self.frees.append(k)
+            if n <= 1:
+                self.refs.pop(k, None)
+            else:
+                self.refs[k] = n

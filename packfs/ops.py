@@ -1,0 +1,255 @@
+"""The pyfuse3 Operations: a thin translation from FUSE requests to the core.
+
+No storage logic lives here. Each handler is timed into OpStats, and core errors
+(FsError) become FUSEError with the same errno. Lookups of missing names answer with
+st_ino 0 so that the kernel caches the negative entry; flush answers ENOSYS so that the
+kernel stops sending it (release does the work).
+"""
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+import time
+from typing import Any, Callable, Sequence
+
+import pyfuse3
+
+from .errors import FsError
+from .filesystem import Filesystem, Setattr
+from .namespace import Inode
+from .stats import OpStats
+
+log = logging.getLogger(__name__)
+
+
+def _op(fn: Callable) -> Callable:
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    async def handler(self: "Operations", *args: Any) -> Any:
+        t0 = time.perf_counter_ns()
+        failed = True
+        try:
+            result = await fn(self, *args)
+            failed = False
+            return result
+        except FsError as e:
+            raise pyfuse3.FUSEError(e.errno) from None
+        except pyfuse3.FUSEError:
+            raise
+        except Exception:
+            log.exception("%s%r failed", name, args[:3])
+            raise pyfuse3.FUSEError(errno.EIO) from None
+        finally:
+            self.opstats.record(name, time.perf_counter_ns() - t0, failed)
+
+    return handler
+
+
+class Operations(pyfuse3.Operations):
+    supports_dot_lookup = True
+    enable_acl = False
+
+    def __init__(self, fs: Filesystem) -> None:
+        super().__init__()
+        self.fs = fs
+        self.opstats = OpStats()
+        self.enable_writeback_cache = fs.options.writeback_cache
+        self._entry_timeout = fs.options.entry_timeout
+        self._attr_timeout = fs.options.attr_timeout
+        self._dirs: dict[int, list[tuple[bytes, int]]] = {}
+        self._next_dh = 1
+
+    def attrs(self, node: Inode) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = node.ino
+        a.generation = 0
+        a.entry_timeout = self._entry_timeout
+        a.attr_timeout = self._attr_timeout
+        a.st_mode = node.mode
+        a.st_nlink = node.nlink
+        a.st_uid = node.uid
+        a.st_gid = node.gid
+        a.st_rdev = node.rdev
+        a.st_size = node.size
+        a.st_blksize = 65536
+        a.st_blocks = (node.size + 511) // 512
+        a.st_atime_ns = node.atime
+        a.st_mtime_ns = node.mtime
+        a.st_ctime_ns = node.ctime
+        return a
+
+    # -- namespace ------------------------------------------------------------------
+
+    @_op
+    async def lookup(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        node = self.fs.lookup(parent_inode, name)
+        if node is None:
+            a = pyfuse3.EntryAttributes()
+            a.st_ino = 0
+            a.entry_timeout = self._entry_timeout
+            return a
+        return self.attrs(node)
+
+    @_op
+    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return self.attrs(self.fs.getattr(inode))
+
+    @_op
+    async def setattr(self, inode: int, attr: pyfuse3.EntryAttributes, fields: pyfuse3.SetattrFields,
+                      fh: int | None, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        change = Setattr(
+            mode=attr.st_mode if fields.update_mode else None,
+            uid=attr.st_uid if fields.update_uid else None,
+            gid=attr.st_gid if fields.update_gid else None,
+            size=attr.st_size if fields.update_size else None,
+            atime=attr.st_atime_ns if fields.update_atime else None,
+            mtime=attr.st_mtime_ns if fields.update_mtime else None,
+            ctime=attr.st_ctime_ns if fields.update_ctime else None)
+        return self.attrs(await self.fs.setattr(inode, change))
+
+    @_op
+    async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
+        return self.fs.readlink(inode)
+
+    @_op
+    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int,
+                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return self.attrs(self.fs.create(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid, rdev))
+
+    @_op
+    async def mkdir(self, parent_inode: int, name: bytes, mode: int,
+                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        mode = (mode & ~ctx.umask & 0o7777) | 0o040000
+        return self.attrs(self.fs.create(parent_inode, name, mode, ctx.uid, ctx.gid))
+
+    @_op
+    async def symlink(self, parent_inode: int, name: bytes, target: bytes,
+                      ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        if len(target) > 4095:
+            raise FsError(errno.ENAMETOOLONG)
+        return self.attrs(self.fs.create(parent_inode, name, 0o120777, ctx.uid, ctx.gid, target=target))
+
+    @_op
+    async def link(self, inode: int, new_parent_inode: int, new_name: bytes,
+                   ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return self.attrs(self.fs.link(inode, new_parent_inode, new_name))
+
+    @_op
+    async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        self.fs.unlink(parent_inode, name)
+
+    @_op
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        self.fs.rmdir(parent_inode, name)
+
+    @_op
+    async def rename(self, parent_inode_old: int, name_old: bytes, parent_inode_new: int, name_new: bytes,
+                     flags: int, ctx: pyfuse3.RequestContext) -> None:
+        self.fs.rename(parent_inode_old, name_old, parent_inode_new, name_new, flags)
+
+    # -- directories ------------------------------------------------------------------
+
+    @_op
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
+        entries = self.fs.ns.listdir(inode)
+        dh = self._next_dh
+        self._next_dh += 1
+        self._dirs[dh] = entries
+        return dh
+
+    @_op
+    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+        entries = self._dirs.get(fh, [])
+        inodes = self.fs.ns.inodes
+        for i in range(start_id, len(entries)):
+            name, ino = entries[i]
+            node = inodes.get(ino)
+            if node is None:
+                continue  # removed since opendir
+            if not pyfuse3.readdir_reply(token, name, self.attrs(node), i + 1):
+                break
+
+    @_op
+    async def releasedir(self, fh: int) -> None:
+        self._dirs.pop(fh, None)
+
+    @_op
+    async def fsyncdir(self, fh: int, datasync: bool) -> None:
+        await self.fs.fsync()
+
+    # -- files ------------------------------------------------------------------------
+
+    @_op
+    async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        fh = self.fs.open(inode, truncate=bool(flags & os.O_TRUNC))
+        return pyfuse3.FileInfo(fh=fh, keep_cache=True)
+
+    @_op
+    async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
+                     ctx: pyfuse3.RequestContext) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        node = self.fs.create(parent_inode, name, (mode & ~ctx.umask & 0o7777) | 0o100000, ctx.uid, ctx.gid)
+        fh = self.fs.open(node.ino)
+        return pyfuse3.FileInfo(fh=fh, keep_cache=True), self.attrs(node)
+
+    @_op
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        return await self.fs.read(fh, off, size)
+
+    @_op
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        return await self.fs.write(fh, off, buf)
+
+    @_op
+    async def flush(self, fh: int) -> None:
+        raise pyfuse3.FUSEError(errno.ENOSYS)
+
+    @_op
+    async def release(self, fh: int) -> None:
+        await self.fs.release(fh)
+
+    @_op
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        await self.fs.fsync()
+
+    # -- xattrs -----------------------------------------------------------------------
+
+    @_op
+    async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+        return self.fs.getxattr(inode, name)
+
+    @_op
+    async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> Sequence[bytes]:
+        return self.fs.listxattr(inode)
+
+    @_op
+    async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext) -> None:
+        self.fs.setxattr(inode, name, value)
+
+    @_op
+    async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        self.fs.removexattr(inode, name)
+
+    # -- the whole filesystem -----------------------------------------------------------
+
+    @_op
+    async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        st = self.fs.statfs()
+        out = pyfuse3.StatvfsData()
+        out.f_bsize = st.f_bsize
+        out.f_frsize = st.f_frsize
+        out.f_blocks = st.f_blocks
+        out.f_bfree = st.f_bfree
+        out.f_bavail = st.f_bavail
+        used = len(self.fs.ns)
+        free = max(st.f_favail, st.f_bavail)  # an inode costs no disk inode, only a record
+        out.f_files = used + free
+        out.f_ffree = free
+        out.f_favail = free
+        out.f_namemax = 255
+        return out
+
+    async def access(self, inode: int, mode: int, ctx: pyfuse3.RequestContext) -> bool:
+        return True  # default_permissions: the kernel checks modes itself

@@ -1,0 +1,83 @@
+"""Mount options: parsing, defaults and their documentation in one place."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+class OptionError(ValueError):
+    pass
+
+
+def parse_size(text: str) -> int:
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    mult = _UNITS.get(t[-1:], 1)
+    num = t[:-1] if t[-1:] in _UNITS else t
+    try:
+        value = int(float(num) * mult)
+    except ValueError:
+        raise OptionError(f"not a size: {text!r}") from None
+    if value <= 0:
+        raise OptionError(f"size must be positive: {text!r}")
+    return value
+
+
+@dataclass
+class Options:
+    """Every knob, with its default. README.md documents each one."""
+
+    disk_chunk_size: int = 1 << 20     # appends reach the disk in pieces of this size
+    max_dirty: int = 256 << 20         # unflushed bytes per mount before writers wait
+    volume_size: int = 4 << 30         # roll over to a new volume file past this size
+    checkpoint_bytes: int = 1 << 30    # checkpoint the catalog after this much log
+    cache_size: int = 64 << 20         # verified-record read cache
+    entry_timeout: float = 300.0       # kernel dentry cache lifetime (packfs is the only writer)
+    attr_timeout: float = 300.0        # kernel attribute cache lifetime
+    writeback_cache: bool = False      # kernel writeback cache (measured: no gain for Swift)
+    allow_other: bool = os.geteuid() == 0  # let other users (Swift's) use a root mount
+    max_tasks: int = 64                # concurrent pyfuse3 request tasks
+    debug: bool = False                # log every request
+
+    _SIZES = ("disk_chunk_size", "max_dirty", "volume_size", "checkpoint_bytes", "cache_size")
+
+    @classmethod
+    def parse(cls, text: str | None) -> "Options":
+        opts = cls()
+        known = {f.name: f for f in fields(cls)}
+        for item in filter(None, (text or "").split(",")):
+            name, _, value = item.partition("=")
+            name = name.strip()
+            if name in ("rw", "defaults", "auto", "noauto", "user", "nouser", "_netdev", "nofail", "dev",
+                        "suid", "exec", "atime", "relatime"):
+                continue  # fstab and mount(8) options that mean nothing here
+            if name.startswith("no") and name[2:] in known and known[name[2:]].type in ("bool", bool) and not value:
+                setattr(opts, name[2:], False)
+                continue
+            field = known.get(name)
+            if field is None or name.startswith("_"):
+                raise OptionError(f"unknown mount option {name!r}")
+            setattr(opts, name, cls._convert(name, field.type, value))
+        if opts.disk_chunk_size > 64 << 20:
+            raise OptionError("disk_chunk_size must be at most 64M")
+        if opts.max_dirty < 2 * opts.disk_chunk_size:
+            raise OptionError("max_dirty must be at least twice disk_chunk_size")
+        return opts
+
+    @classmethod
+    def _convert(cls, name: str, typ: object, value: str) -> object:
+        if typ in ("bool", bool):
+            if value in ("", "1", "yes", "true", "on"):
+                return True
+            if value in ("0", "no", "false", "off"):
+                return False
+            raise OptionError(f"{name} takes no value or yes/no, not {value!r}")
+        if not value:
+            raise OptionError(f"{name} needs a value, as in {name}=...")
+        if name in cls._SIZES:
+            return parse_size(value)
+        try:
+            return float(value) if typ in ("float", float) else int(value)
+        except ValueError:
+            raise OptionError(f"{name}={value!r} is not a number") from None

@@ -1,0 +1,116 @@
+"""A pack directory on the backing disk: its layout, initialisation and opening.
+
+    PACKDIR/packfs.json     format version and pack id; written last at initialisation
+    PACKDIR/catalog.sqlite  the catalog (plus SQLite's -wal and -shm files)
+    PACKDIR/volumes/        the volume files, NNNNNNNN.pack
+    PACKDIR/daemon.pid      the mounted daemon's PID, held under an exclusive lock
+    PACKDIR/packfs.log      the daemon's log
+    PACKDIR/control.sock    the daemon's control socket (stats, sync)
+
+Opening never writes into a directory that is not a packfs, or is of another format.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass
+
+from . import FORMAT_VERSION
+from .catalog import Catalog, CatalogError
+from .disk import Disk
+from .namespace import Namespace
+from .recovery import Recovery, load_namespace, replay
+from .volumes import Volumes
+
+MARKER = "packfs.json"
+
+
+class PackError(Exception):
+    """A pack directory that cannot be used, with a one-line reason."""
+
+
+@dataclass
+class Pack:
+    path: str
+    pack_id: int
+    catalog: Catalog
+    ns: Namespace
+    volumes: Volumes
+    recovery: Recovery
+
+    def file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+
+def read_marker(path: str) -> dict:
+    marker = os.path.join(path, MARKER)
+    try:
+        with open(marker) as f:
+            info = json.load(f)
+    except FileNotFoundError:
+        raise PackError(f"{path} is not a packfs pack directory (no {MARKER})") from None
+    except (OSError, ValueError) as e:
+        raise PackError(f"{marker} is unreadable: {e}") from None
+    if info.get("format") != FORMAT_VERSION:
+        raise PackError(f"{path} has packfs format {info.get('format')}; this packfs reads format {FORMAT_VERSION}")
+    return info
+
+
+def initialise(path: str, disk: Disk) -> None:
+    """Make an empty or missing directory a pack; refuse anything else."""
+    os.makedirs(path, exist_ok=True)
+    if os.listdir(path):
+        if os.path.exists(os.path.join(path, MARKER)):
+            return
+        raise PackError(f"{path} is not empty and not a packfs pack directory; refusing to write into it")
+    pack_id = secrets.randbits(32)
+    os.mkdir(os.path.join(path, "volumes"))
+    catalog = Catalog(os.path.join(path, "catalog.sqlite"), create=True)
+    catalog.initialise(pack_id)
+    ns = Namespace.fresh(os.getuid(), os.getgid())
+    from .journal import snapshot
+    rows, removed, dirents, refs = snapshot(ns, ns.take_journal_changes())
+    catalog.checkpoint(rows, removed, dirents, refs, {})
+    catalog.close()
+    tmp = os.path.join(path, MARKER + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump({"format": FORMAT_VERSION, "pack_id": pack_id, "created": time.time()}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, os.path.join(path, MARKER))
+    disk.fsync_dir(path)
+
+
+def lock(path: str) -> int:
+    """Hold the pack's lock for the life of the daemon; fail if another holds it."""
+    fd = os.open(os.path.join(path, "daemon.pid"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise PackError(f"{path} is in use by another packfs daemon") from None
+    return fd
+
+
+def write_pid(fd: int) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+
+
+def open_pack(path: str, disk: Disk, volume_size: int, cache_bytes: int) -> Pack:
+    """Load the catalog and replay the journal; the caller holds the lock."""
+    info = read_marker(path)
+    try:
+        catalog = Catalog(os.path.join(path, "catalog.sqlite"))
+    except CatalogError as e:
+        raise PackError(str(e)) from None
+    if catalog.settings.get("pack_id") != info["pack_id"]:
+        raise PackError(f"{path}: the catalog belongs to another pack")
+    ns = load_namespace(catalog)
+    volumes = Volumes(disk, os.path.join(path, "volumes"), info["pack_id"], volume_size, cache_bytes)
+    s = catalog.settings
+    rec = replay(ns, volumes, s["volume"], s["offset"], s["seq"])
+    return Pack(path, info["pack_id"], catalog, ns, volumes, rec)

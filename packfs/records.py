@@ -1,0 +1,81 @@
+"""The self-describing record format of the volumes.
+
+Every record starts on a BLOCK boundary with a fixed header, followed by its payload,
+and occupies whole blocks, so punching a dead record returns its space to the disk:
+
+    magic 4s | type B | flags B | reserved H | seq Q | ino Q | offset Q |
+    length I | payload_crc I | pack_id I | header_crc I          (48 bytes)
+
+`header_crc` covers the 44 bytes before it; `payload_crc` covers the payload. `pack_id`
+ties a record to its pack, so bytes copied from another pack are never taken for ours.
+DATA records carry file contents (ino, offset in the file); META records carry a
+journal entry (see journal.py).
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+
+MAGIC = b"PKR1"
+BLOCK = 4096
+HEADER = struct.Struct("<4sBBHQQQIII")
+_CRC = struct.Struct("<I")
+HEADER_SIZE = HEADER.size + _CRC.size  # 48
+
+DATA = 1
+META = 2
+TYPES = {DATA: "data", META: "meta"}
+
+
+class RecordError(Exception):
+    """A record that is torn, corrupted or not ours."""
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    rtype: int
+    seq: int
+    ino: int
+    offset: int
+    length: int
+    payload_crc: int
+
+    @property
+    def footprint(self) -> int:
+        return footprint(self.length)
+
+
+def footprint(payload_length: int) -> int:
+    """Bytes a record occupies on disk: header plus payload, rounded up to whole blocks."""
+    return -(-(HEADER_SIZE + payload_length) // BLOCK) * BLOCK
+
+
+def encode(rtype: int, seq: int, ino: int, offset: int, payload: bytes, pack_id: int) -> bytes:
+    """The record's bytes, padded to its footprint."""
+    head = HEADER.pack(MAGIC, rtype, 0, 0, seq, ino, offset, len(payload), zlib.crc32(payload), pack_id)
+    pad = footprint(len(payload)) - HEADER_SIZE - len(payload)
+    return b"".join((head, _CRC.pack(zlib.crc32(head)), payload, bytes(pad)))
+
+
+def decode_header(buf: bytes, pack_id: int) -> Header:
+    if len(buf) < HEADER_SIZE:
+        raise RecordError("short header")
+    head = buf[: HEADER.size]
+    magic, rtype, _flags, _res, seq, ino, offset, length, pcrc, pid = HEADER.unpack(head)
+    if magic != MAGIC:
+        raise RecordError("bad magic")
+    if _CRC.unpack_from(buf, HEADER.size)[0] != zlib.crc32(head):
+        raise RecordError("header checksum mismatch")
+    if pid != pack_id:
+        raise RecordError("record of another pack")
+    if rtype not in TYPES:
+        raise RecordError(f"unknown record type {rtype}")
+    return Header(rtype, seq, ino, offset, length, pcrc)
+
+
+def check_payload(header: Header, payload: bytes) -> None:
+    if len(payload) != header.length:
+        raise RecordError("short payload")
+    if zlib.crc32(payload) != header.payload_crc:
+        raise RecordError("payload checksum mismatch")

@@ -1,0 +1,132 @@
+"""Mount-time load and replay, and the scan fsck builds on.
+
+Load: the catalog's last checkpoint, then every META record after the checkpoint's log
+position, in log order. A META is applied only if it is intact and every record of the
+write batch it closed is intact too (its header's offset field says where that batch
+began), because a power cut may keep any subset of unflushed writes. The first record
+that fails ends the log: everything after it was never acknowledged, and is cut off
+so the next append starts on a clean tail. Replay reads the volumes and writes nothing
+but that cut, so a crash during recovery only means running it again.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from . import journal, records
+from .catalog import Catalog
+from .disk import Disk
+from .namespace import Namespace
+from .volumes import Volumes
+
+log = logging.getLogger(__name__)
+
+
+class PackDamaged(Exception):
+    """The log is damaged in a way a crash cannot cause; fsck must look at it."""
+
+
+@dataclass
+class Recovery:
+    replayed: int = 0
+    orphans: int = 0
+    truncated_bytes: int = 0
+    seconds: float = 0.0
+    metas: list = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.replayed or self.orphans)
+
+
+def load_namespace(catalog: Catalog) -> Namespace:
+    ns = Namespace()
+    for row in catalog.inode_rows():
+        ns.load_inode(row)
+    for parent, name, ino in catalog.dirents():
+        ns.inodes[parent].entries[name] = ino  # type: ignore[index]
+    for vol, off, length, count in catalog.shared_records():
+        ns.refs[(vol, off, length)] = count
+    ns.next_ino = max(ns.next_ino, catalog.settings["next_ino"])
+    return ns
+
+
+def read_record(disk: Disk, fd: int, offset: int, pack_id: int, size: int,
+                with_payload: bool) -> tuple[records.Header, bytes | None]:
+    """The record at offset; RecordError if there is none intact."""
+    if offset + records.HEADER_SIZE > size:
+        raise records.RecordError("end of volume")
+    head = disk.pread(fd, records.HEADER_SIZE, offset)
+    header = records.decode_header(head, pack_id)
+    if offset + header.footprint > size:
+        raise records.RecordError("record runs past the end of the volume")
+    if not with_payload:
+        return header, None
+    payload = disk.pread(fd, header.length, offset + records.HEADER_SIZE)
+    records.check_payload(header, payload)
+    return header, payload
+
+
+def _batch_intact(disk: Disk, fd: int, start: int, end: int, pack_id: int, size: int) -> bool:
+    pos = start
+    while pos < end:
+        try:
+            header, _ = read_record(disk, fd, pos, pack_id, size, with_payload=True)
+        except records.RecordError:
+            return False
+        pos += header.footprint
+    return pos == end
+
+
+def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq: int) -> Recovery:
+    """Apply the intact journal after (start_vol, start_off); cut the log after it."""
+    began = time.monotonic()
+    disk, pack_id = volumes.disk, volumes.pack_id
+    rec = Recovery()
+    end_vol, end_off = start_vol, start_off
+    stopped = False
+    for vol in [v for v in volumes.existing() if v >= start_vol]:
+        fd = volumes.fd(vol)
+        size = disk.size(fd)
+        pos = start_off if vol == start_vol else 0
+        if stopped:
+            try:
+                read_record(disk, fd, 0, pack_id, size, with_payload=False)
+            except records.RecordError:
+                continue
+            raise PackDamaged(f"volume {vol} has records after a damaged end of volume {end_vol}; "
+                              "run packfs fsck")
+        while True:
+            try:
+                header, payload = read_record(disk, fd, pos, pack_id, size, with_payload=False)
+                if header.rtype == records.META:
+                    header, payload = read_record(disk, fd, pos, pack_id, size, with_payload=True)
+                    if not _batch_intact(disk, fd, header.offset, pos, pack_id, size):
+                        raise records.RecordError("the write batch of this commit is torn")
+                    journal.apply(ns, payload)  # type: ignore[arg-type]
+                    rec.replayed += 1
+                    rec.metas.append((vol, pos, header.length))
+                    end_vol, end_off = vol, pos + header.footprint
+            except records.RecordError:
+                stopped = True
+                break
+            seq = max(seq, header.seq + 1)
+            pos += header.footprint
+    # Cut off what follows the last intact commit: it was never acknowledged.
+    for vol in [v for v in volumes.existing() if v >= end_vol]:
+        fd = volumes.fd(vol)
+        keep = end_off if vol == end_vol else 0
+        size = disk.size(fd)
+        if size > keep:
+            rec.truncated_bytes += size - keep
+            disk.truncate(fd, keep)
+            disk.fdatasync(fd)
+    for node in [n for n in ns if n.nlink == 0]:
+        node.opens = 0
+        ns.release(node)
+        rec.orphans += 1
+    ns.catalog_changes.merge(ns.take_journal_changes())
+    volumes.open_tail(end_vol, end_off, seq)
+    rec.seconds = time.monotonic() - began
+    return rec

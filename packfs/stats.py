@@ -1,0 +1,46 @@
+"""Per-operation counts and latency histograms, cheap enough for every FUSE request."""
+from __future__ import annotations
+
+import math
+
+# Buckets are quarter powers of two of nanoseconds: about 19% wide, 0 ns to ~70 s.
+_BUCKETS = 4 * 36
+
+
+class OpStats:
+    __slots__ = ("counts", "errors", "hist", "total_ns")
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.errors: dict[str, int] = {}
+        self.hist: dict[str, list[int]] = {}
+        self.total_ns: dict[str, int] = {}
+
+    def record(self, op: str, ns: int, failed: bool = False) -> None:
+        h = self.hist.get(op)
+        if h is None:
+            h = self.hist[op] = [0] * _BUCKETS
+            self.counts[op] = self.errors[op] = self.total_ns[op] = 0
+        self.counts[op] += 1
+        self.total_ns[op] += ns
+        if failed:
+            self.errors[op] += 1
+        h[min(_BUCKETS - 1, int(4 * math.log2(ns)) if ns > 1 else 0)] += 1
+
+    @staticmethod
+    def _quantile(h: list[int], q: float) -> float:
+        """The upper edge, in microseconds, of the bucket holding quantile q."""
+        target = q * sum(h)
+        seen = 0
+        for i, n in enumerate(h):
+            seen += n
+            if seen >= target and n:
+                return 2 ** ((i + 1) / 4) / 1000
+        return 0.0
+
+    def report(self) -> dict[str, dict]:
+        return {op: {"count": self.counts[op], "errors": self.errors[op],
+                     "mean_us": round(self.total_ns[op] / self.counts[op] / 1000, 1),
+                     "p50_us": round(self._quantile(h, 0.5), 1),
+                     "p99_us": round(self._quantile(h, 0.99), 1)}
+                for op, h in sorted(self.hist.items())}

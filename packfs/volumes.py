@@ -1,0 +1,334 @@
+"""The volume files: one ordered log of records, appended by a single writer.
+
+Records are reserved (given a volume and offset) synchronously on the trio loop, in the
+order the core decides, and written by one appender task, in that order, off the loop.
+Every write batch that contains a record asking for durability ends with one
+fdatasync: concurrent fsyncs therefore share one device flush (group commit), and a
+flush always covers every record before it in the log.
+
+Space is preallocated ahead of the tail in large steps, so a write into the log can
+only fail with EIO, never ENOSPC: ENOSPC is raised by `ensure_space` before anything
+is reserved, and the last `reserve` bytes are kept for metadata, so unlinks can always
+be made durable and their space returned. An I/O error on a write or flush breaks the
+log: every later write and fsync fails with EIO, as ext4 does with errors=remount-ro.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import trio
+
+from . import records
+from .disk import Disk
+from .errors import FsError
+
+log = logging.getLogger(__name__)
+
+PREALLOC_STEP = 64 << 20
+META_RESERVE = 4 << 20
+
+
+def volume_name(number: int) -> str:
+    return f"{number:08d}.pack"
+
+
+@dataclass(slots=True)
+class _Queued:
+    ticket: int
+    volume: int
+    offset: int
+    data: bytes
+    sync: bool
+
+
+@dataclass
+class VolumeStats:
+    live_bytes: int = 0
+    dead_bytes: int = 0
+    punched_bytes: int = 0
+    writes: int = 0
+    flushes: int = 0
+    bytes_written: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class Volumes:
+    def __init__(self, disk: Disk, directory: str, pack_id: int, volume_size: int,
+                 cache_bytes: int = 64 << 20) -> None:
+        self.disk = disk
+        self.directory = directory
+        self.pack_id = pack_id
+        self.volume_size = volume_size
+        self.fds: dict[int, int] = {}
+        self.active = 1
+        self.tail = 0
+        self.allocated = 0  # bytes preallocated in the active volume
+        self.seq = 1
+        self.broken = 0  # errno that broke the log, or 0
+        self.appended = 0  # bytes appended since this mount
+        self.stats = VolumeStats()
+        self._queue: list[_Queued] = []
+        self._inflight: dict[tuple[int, int], bytes] = {}
+        self._next_ticket = 1
+        self._written = 0
+        self._synced = 0
+        self._progress = trio.Event()
+        self._wakeup = trio.Event()
+        self._last_meta_end: dict[int, int] = {}
+        self._cache: OrderedDict[tuple[int, int], bytes] = OrderedDict()
+        self._cache_bytes = 0
+        self._cache_max = cache_bytes
+        self._grow_lock = trio.Lock()
+        self._last_written_volume = 0
+
+    # -- opening --------------------------------------------------------------
+
+    def path(self, number: int) -> str:
+        return os.path.join(self.directory, volume_name(number))
+
+    def existing(self) -> list[int]:
+        return sorted(int(n[:-5]) for n in self.disk.listdir(self.directory)
+                      if n.endswith(".pack") and n[:-5].isdigit())
+
+    def fd(self, number: int) -> int:
+        fd = self.fds.get(number)
+        if fd is None:
+            fd = self.fds[number] = self.disk.open(self.path(number), create=False)
+        return fd
+
+    def open_tail(self, active: int, tail: int, seq: int) -> None:
+        """Continue the log at (active, tail); called once recovery found the end."""
+        self.active, self.tail, self.seq = active, tail, seq
+        self._last_meta_end = {active: tail}
+        if active not in self.existing():
+            self._create(active)
+        self.allocated = self.disk.size(self.fd(active))
+
+    def _create(self, number: int) -> None:
+        fd = self.disk.open(self.path(number), create=True)
+        self.fds[number] = fd
+        self.disk.fsync_dir(self.directory)
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            self.disk.close(fd)
+        self.fds.clear()
+
+    # -- space ------------------------------------------------------------------
+
+    async def ensure_space(self, nbytes: int, metadata: bool = False) -> None:
+        """Make sure the next nbytes of appends have disk space, or raise ENOSPC."""
+        if self.broken:
+            raise FsError(errno.EIO, "the volume log is broken by an earlier I/O error")
+        keep = 0 if metadata else META_RESERVE
+        if self.tail + nbytes + keep <= self.allocated:
+            return
+        async with self._grow_lock:
+            if self.tail + nbytes > self.volume_size and self.tail > 0:
+                await self._roll_over()
+            need = self.tail + nbytes + keep
+            if need <= self.allocated:
+                return
+            target = min(max(need, self.allocated + PREALLOC_STEP), max(need, self.volume_size + META_RESERVE))
+            fd = self.fd(self.active)
+            try:
+                await trio.to_thread.run_sync(os.posix_fallocate, fd, self.allocated, target - self.allocated)
+            except OSError as e:
+                if e.errno == errno.ENOSPC and metadata and self.tail + nbytes <= self.allocated:
+                    return
+                raise FsError(e.errno or errno.EIO, "cannot grow the active volume") from e
+            self.allocated = target
+
+    async def _roll_over(self) -> None:
+        number = self.active + 1
+        await trio.to_thread.run_sync(self._create, number)
+        self.active, self.tail, self.allocated = number, 0, 0
+        log.info("rolled over to volume %s", volume_name(number))
+
+    # -- appending ----------------------------------------------------------------
+
+    def append(self, rtype: int, ino: int, offset: int, payload: bytes, sync: bool = False) -> tuple[int, int, int]:
+        """Reserve the next log position for a record and queue it; returns (volume, offset, ticket).
+
+        Synchronous: the log order is the order of calls. A META record's `offset` field
+        holds where its write batch began (see recovery), filled in here.
+        """
+        if self.broken:
+            raise FsError(errno.EIO, "the volume log is broken by an earlier I/O error")
+        vol, off = self.active, self.tail
+        if rtype == records.META:
+            offset = self._last_meta_end.get(vol, 0)
+        data = records.encode(rtype, self.seq, ino, offset, payload, self.pack_id)
+        self.seq += 1
+        self.tail += len(data)
+        self.appended += len(data)
+        if rtype == records.META:
+            self._last_meta_end[vol] = self.tail
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        self._queue.append(_Queued(ticket, vol, off, data, sync))
+        self._inflight[(vol, off)] = data
+        self.stats.live_bytes += len(data)
+        self._wakeup.set()
+        return vol, off, ticket
+
+    @property
+    def last_ticket(self) -> int:
+        return self._next_ticket - 1
+
+    async def wait_durable(self, ticket: int) -> None:
+        """Wait until everything up to ticket is on disk and flushed."""
+        while self._synced < ticket:
+            if self.broken:
+                raise FsError(errno.EIO, "write to the backing disk failed")
+            if not any(q.sync for q in self._queue) and self._written >= ticket:
+                # Nothing will flush on its own: ask for a flush after what is queued.
+                self._queue.append(_Queued(0, self.active, -1, b"", True))
+                self._wakeup.set()
+            await self._progress.wait()
+        if self.broken and self._synced < ticket:
+            raise FsError(errno.EIO, "write to the backing disk failed")
+
+    async def wait_written(self, ticket: int) -> None:
+        """Backpressure: wait until the appender has written up to ticket."""
+        while self._written < ticket and not self.broken:
+            await self._progress.wait()
+        if self.broken:
+            raise FsError(errno.EIO, "write to the backing disk failed")
+
+    @property
+    def queued_bytes(self) -> int:
+        return sum(len(d) for d in self._inflight.values())
+
+    async def run(self) -> None:
+        """The appender: write queued records in log order, flush when asked."""
+        while True:
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            while self._queue and not self.broken:
+                batch, self._queue = self._queue, []
+                try:
+                    await trio.to_thread.run_sync(self._write_batch, batch)
+                except OSError as e:
+                    self.broken = e.errno or errno.EIO
+                    log.error("volume write failed, refusing further writes: %s", e)
+                for q in batch:
+                    if q.offset >= 0:
+                        self._inflight.pop((q.volume, q.offset), None)
+                tickets = [q.ticket for q in batch if q.ticket]
+                if tickets and not self.broken:
+                    self._written = max(self._written, max(tickets))
+                    if any(q.sync for q in batch):
+                        self._synced = self._written
+                elif not tickets and not self.broken and any(q.sync for q in batch):
+                    self._synced = self._written
+                self._progress.set()
+                self._progress = trio.Event()
+            if self.broken:
+                self._progress.set()
+                self._progress = trio.Event()
+
+    def _write_batch(self, batch: list[_Queued]) -> None:
+        """Write a batch in one pwrite per contiguous run, then flush if any record asked."""
+        run_vol, run_off, parts = 0, 0, []
+
+        def write_run() -> None:
+            if parts:
+                self.disk.pwrite(self.fd(run_vol), b"".join(parts), run_off)
+                self.stats.writes += 1
+
+        touched: list[int] = []
+        end = -1
+        for q in batch:
+            if q.offset < 0:
+                continue
+            if q.volume != self._last_written_volume and self._last_written_volume:
+                # A new volume: everything before it must be durable first, so that
+                # recovery never finds a hole in an earlier volume under a later one.
+                write_run()
+                parts = []
+                self.disk.fdatasync(self.fd(self._last_written_volume))
+            self._last_written_volume = q.volume
+            if q.volume == run_vol and q.offset == end:
+                parts.append(q.data)
+            else:
+                write_run()
+                run_vol, run_off, parts = q.volume, q.offset, [q.data]
+            end = q.offset + len(q.data)
+            self.stats.bytes_written += len(q.data)
+            if q.volume not in touched:
+                touched.append(q.volume)
+        write_run()
+        if any(q.sync for q in batch):
+            for v in touched or [self._last_written_volume or self.active]:
+                self.disk.fdatasync(self.fd(v))
+            self.stats.flushes += 1
+
+    # -- reading ------------------------------------------------------------------
+
+    async def read(self, volume: int, offset: int, length: int, ino: int) -> bytes:
+        """The verified payload of a DATA record; EIO if it is corrupt."""
+        queued = self._inflight.get((volume, offset))
+        if queued is not None:
+            return queued[records.HEADER_SIZE: records.HEADER_SIZE + length]
+        cached = self._cache.get((volume, offset))
+        if cached is not None:
+            self._cache.move_to_end((volume, offset))
+            return cached
+        payload = await trio.to_thread.run_sync(self._read_verified, volume, offset, length, ino)
+        self._remember((volume, offset), payload)
+        return payload
+
+    def _read_verified(self, volume: int, offset: int, length: int, ino: int) -> bytes:
+        try:
+            buf = self.disk.pread(self.fd(volume), records.HEADER_SIZE + length, offset)
+        except OSError as e:
+            log.error("read error in %s at %d: %s", volume_name(volume), offset, e)
+            raise FsError(errno.EIO) from e
+        try:
+            header = records.decode_header(buf, self.pack_id)
+            payload = buf[records.HEADER_SIZE:]
+            if header.rtype != records.DATA or header.ino != ino:
+                raise records.RecordError("record belongs to another file")
+            records.check_payload(header, payload)
+        except records.RecordError as e:
+            log.error("corrupt record in %s at %d (inode %d): %s", volume_name(volume), offset, ino, e)
+            raise FsError(errno.EIO) from e
+        return payload
+
+    def _remember(self, k: tuple[int, int], payload: bytes) -> None:
+        if len(payload) > self._cache_max // 4:
+            return
+        self._cache[k] = payload
+        self._cache_bytes += len(payload)
+        while self._cache_bytes > self._cache_max:
+            _, old = self._cache.popitem(last=False)
+            self._cache_bytes -= len(old)
+
+    # -- freeing ------------------------------------------------------------------
+
+    async def punch(self, keys: list[tuple[int, int, int]]) -> None:
+        """Return the blocks of dead records to the backing filesystem."""
+        if not keys:
+            return
+        for vol, off, rlen in keys:
+            dropped = self._cache.pop((vol, off), None)
+            if dropped is not None:
+                self._cache_bytes -= len(dropped)
+        await trio.to_thread.run_sync(self._punch, keys)
+
+    def _punch(self, keys: list[tuple[int, int, int]]) -> None:
+        for vol, off, rlen in keys:
+            size = records.footprint(rlen)
+            try:
+                self.disk.punch_hole(self.fd(vol), off, size)
+            except OSError as e:
+                log.warning("punching %s at %d failed: %s", volume_name(vol), off, e)
+                self.stats.dead_bytes += size
+                continue
+            self.stats.live_bytes -= size
+            self.stats.punched_bytes += size

@@ -1,0 +1,148 @@
+"""Write-behind: coalesce each file's writes into `chunk_size` appends.
+
+A file has at most one contiguous run of unflushed bytes. A write that extends or
+overlaps the run joins it; any other write first flushes the run. A run is flushed as
+records of exactly `chunk_size` once it is that big, and whole on fsync (by the
+journal's commit) or on release. Nothing ever waits on a timer for more data (the
+Nagle lesson). Writers are held back once the bytes queued for the disk pass
+`max_dirty`, so memory stays bounded.
+"""
+from __future__ import annotations
+
+import time
+
+from . import extents as ext
+from . import records
+from .namespace import Inode, Namespace
+from .volumes import Volumes
+
+
+class Buffer:
+    __slots__ = ("start", "data")
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.data = bytearray()
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.data)
+
+
+class WriteBehind:
+    def __init__(self, ns: Namespace, volumes: Volumes, chunk_size: int, max_dirty: int) -> None:
+        self.ns = ns
+        self.volumes = volumes
+        self.chunk_size = chunk_size
+        self.max_dirty = max_dirty
+        self.dirty: dict[int, Inode] = {}
+        self.dirty_bytes = 0
+
+    async def write(self, node: Inode, offset: int, data: bytes) -> int:
+        while True:
+            buf = node.wbuf
+            if buf is None or buf.start <= offset <= buf.end:
+                break
+            await self.volumes.ensure_space(records.footprint(len(buf.data)))
+            if node.wbuf is buf:
+                self.flush(node)
+        if buf is None:
+            buf = node.wbuf = Buffer(offset)
+            self.dirty[node.ino] = node
+        pos = offset - buf.start
+        grown = max(0, pos + len(data) - len(buf.data))
+        buf.data[pos:pos + len(data)] = data
+        self.dirty_bytes += grown
+        node.size = max(node.size, offset + len(data))
+        node.mtime = node.ctime = time.time_ns()
+        self.ns.touch(node)
+        if len(buf.data) >= self.chunk_size:
+            await self.volumes.ensure_space(records.footprint(self.chunk_size) * (len(buf.data) // self.chunk_size))
+            self._flush_chunks(node)
+        if self.dirty_bytes + self.volumes.queued_bytes > self.max_dirty:
+            await self.volumes.wait_written(self.volumes.last_ticket)
+        return len(data)
+
+    def _flush_chunks(self, node: Inode) -> None:
+        """Append the whole chunks of a file's run; keep the tail buffered."""
+        buf = node.wbuf
+        if buf is None:
+            return
+        whole = len(buf.data) // self.chunk_size * self.chunk_size
+        for pos in range(0, whole, self.chunk_size):
+            self._append(node, buf.start + pos, bytes(buf.data[pos:pos + self.chunk_size]))
+        if whole:
+            del buf.data[:whole]
+            buf.start += whole
+            self.dirty_bytes -= whole
+        if not buf.data:
+            self._drop(node)
+
+    def flush(self, node: Inode) -> None:
+        """Append a file's whole run now (fsync, release, or a non-contiguous write)."""
+        self._flush_chunks(node)
+        buf = node.wbuf
+        if buf is None:
+            return
+        self._append(node, buf.start, bytes(buf.data))
+        self.dirty_bytes -= len(buf.data)
+        self._drop(node)
+
+    def flush_all(self) -> None:
+        for node in list(self.dirty.values()):
+            self.flush(node)
+
+    def footprint(self) -> int:
+        """Disk bytes a flush of everything buffered would take."""
+        return sum(records.footprint(len(n.wbuf.data)) for n in self.dirty.values() if n.wbuf) + \
+            len(self.dirty) * records.BLOCK
+
+    def _append(self, node: Inode, offset: int, payload: bytes) -> None:
+        vol, roff, _ = self.volumes.append(records.DATA, node.ino, offset, payload)
+        self.ns.map_extent(node, (offset, len(payload), vol, roff, 0, len(payload)))
+
+    def _drop(self, node: Inode) -> None:
+        node.wbuf = None
+        self.dirty.pop(node.ino, None)
+
+    def discard(self, node: Inode) -> None:
+        """Forget unflushed bytes of a file that is gone."""
+        if node.wbuf is not None:
+            self.dirty_bytes -= len(node.wbuf.data)
+            self._drop(node)
+
+    def truncate(self, node: Inode, size: int) -> None:
+        buf = node.wbuf
+        if buf is not None and buf.end > size:
+            if buf.start >= size:
+                self.discard(node)
+            else:
+                cut = buf.end - size
+                del buf.data[size - buf.start:]
+                self.dirty_bytes -= cut
+        if size < node.size:
+            self.ns.truncate_extents(node, size)
+        node.size = size
+
+    async def read(self, node: Inode, offset: int, size: int) -> bytes:
+        """File contents: records, holes as zeros, and the unflushed run on top."""
+        while True:
+            end = min(offset + size, node.size)
+            if offset >= end:
+                return b""
+            plan = list(ext.pieces(node.extents or [], offset, end))
+            out = bytearray(end - offset)
+            for pos, length, e in plan:
+                if e is None:
+                    continue
+                payload = await self.volumes.read(e[2], e[3], e[5], node.ino)
+                start = e[4] + (pos - e[0])
+                out[pos - offset:pos - offset + length] = payload[start:start + length]
+            if plan == list(ext.pieces(node.extents or [], offset, min(offset + size, node.size))):
+                break  # no flush or truncate raced with the reads above
+        buf = node.wbuf
+        if buf is not None:
+            lo, hi = max(offset, buf.start), min(end, buf.end)
+            if lo < hi:
+                out[lo - offset:hi - offset] = buf.data[lo - buf.start:hi - buf.start]
+        return bytes(out)
