@@ -182,7 +182,7 @@ def format_stats(s: dict) -> str:
         lines.append(f"BROKEN         writes refused after an I/O error: {s['broken']}")
     lines.append("")
     lines.append(f"{'operation':<12} {'count':>10} {'errors':>8} {'mean us':>9} {'p50 us':>9} {'p99 us':>9}")
-    for op, o in s["operations"].items():
+    for op, o in [*s["operations"].items(), *s.get("device", {}).items()]:
         lines.append(f"{op:<12} {o['count']:>10,} {o['errors']:>8,} {o['mean_us']:>9} {o['p50_us']:>9} {o['p99_us']:>9}")
     return "\n".join(lines)
 

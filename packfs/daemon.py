@@ -79,7 +79,8 @@ class Daemon:
     async def _serve(self, fs: Filesystem, ops: Operations, ready: Ready) -> None:
         async def on_control(command: str) -> dict:
             if command == "stats":
-                return {**fs.stats(), "operations": ops.opstats.report()}
+                return {**fs.stats(), "operations": ops.opstats.report(),
+                        "device": fs.volumes.timings.report()}
             if command == "sync":
                 await fs.journal.checkpoint()
                 return {"ok": True}

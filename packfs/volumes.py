@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -25,6 +26,7 @@ import trio
 from . import records
 from .disk import Disk
 from .errors import FsError
+from .stats import OpStats
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,7 @@ class Volumes:
         self.broken = 0  # errno that broke the log, or 0
         self.appended = 0  # bytes appended since this mount
         self.stats = VolumeStats()
+        self.timings = OpStats()  # device-level write and flush latency
         self._queue: list[_Queued] = []
         self._inflight: dict[tuple[int, int], bytes] = {}
         self._next_ticket = 1
@@ -238,7 +241,9 @@ class Volumes:
 
         def write_run() -> None:
             if parts:
+                t0 = time.perf_counter_ns()
                 self.disk.pwrite(self.fd(run_vol), b"".join(parts), run_off)
+                self.timings.record("disk_write", time.perf_counter_ns() - t0)
                 self.stats.writes += 1
 
         touched: list[int] = []
@@ -264,8 +269,10 @@ class Volumes:
                 touched.append(q.volume)
         write_run()
         if any(q.sync for q in batch):
+            t0 = time.perf_counter_ns()
             for v in touched or [self._last_written_volume or self.active]:
                 self.disk.fdatasync(self.fd(v))
+            self.timings.record("disk_flush", time.perf_counter_ns() - t0)
             self.stats.flushes += 1
 
     # -- reading ------------------------------------------------------------------
