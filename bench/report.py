@@ -146,12 +146,14 @@ def evaluate(d: dict) -> dict[str, tuple[str, str]]:
     return out
 
 
-def rows(d: dict) -> list[list[str]]:
+def rows(d: dict, detail: bool = False) -> list[list[str]]:
     med, meta = d["medians"], d["meta"]
     ev = evaluate(d)
     table = []
     for key in sorted(med, key=lambda k: (meta[k].get("order", 0))):
         m = meta[key]
+        if bool(m.get("minor")) != detail:
+            continue
         v = {fs: med[key].get(fs) for fs in FS}
         tt, st = ev.get(key, ("", ""))
         table.append([m["label"], m["unit"], _fmt(v["packfs"]), _fmt(v["xfs"]), _fmt(v["ext4"]),
@@ -191,6 +193,13 @@ def markdown(d: dict, title: str = "packfs benchmark") -> str:
         st = r[8]
         r8 = f"**{st}**" if st == "MISS" else st
         out.append("| " + " | ".join([*r[:8], r8]) + " |")
+    det = rows(d, detail=True)
+    if det:
+        out += ["", "## Latency detail (mean, p95, max)", ""]
+        out.append("| " + " | ".join(HEAD[:7]) + " |")
+        out.append("|" + "|".join("---" if i < 2 else "---:" for i in range(7)) + "|")
+        for r in det:
+            out.append("| " + " | ".join(r[:7]) + " |")
     for name, t in d.get("tables", {}).items():
         out += ["", f"## {t.get('title', name)}", ""]
         if t.get("note"):

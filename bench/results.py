@@ -22,11 +22,14 @@ class Results:
         self._order = 0
         self.started = time.strftime("%Y-%m-%d %H:%M:%S")
 
-    def define(self, key: str, label: str, unit: str, better: str = "higher", group: str = "") -> None:
+    def define(self, key: str, label: str, unit: str, better: str = "higher", group: str = "",
+               **extra) -> None:
+        """extra: minor=True keeps a row out of the main table (shown in the detail table);
+        absolute=True marks a row that has no meaningful packfs/XFS ratio."""
         if key not in self.meta:
             self._order += 1
             self.meta[key] = {"label": label, "unit": unit, "better": better,
-                              "group": group or self.part, "order": self._order, "part": self.part}
+                              "group": group or self.part, "order": self._order, "part": self.part, **extra}
 
     def add(self, key: str, fs: str, value: float | None, detail: dict | None = None, **define) -> None:
         if define:

@@ -1,0 +1,198 @@
+"""Stock Swift object server workloads on packfs, XFS and ext4, interleaved.
+
+- PUT, GET, HEAD, DELETE of 4 KiB, 100 KiB, 1 MiB objects at concurrency 1 and 16:
+  ops/s and latency mean/p50/p95/p99/max;
+- one large object (1 GiB; 256 MiB with QUICK) by content-length and chunked in 64 KiB
+  pieces, then read back;
+- a size sweep 50 KiB .. 1 MiB (PUT and GET at concurrency 1), checked for dips;
+- on packfs: FUSE requests per Swift PUT, GET and DELETE, by request type, from
+  `packfs stats --json` diffs around N operations.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import swiftobj as so
+from .fusestats import request_table
+from .results import Results
+from .util import log, size_label
+
+SIZES = (4 << 10, 100 << 10, 1 << 20)
+CONCS = (1, 16)
+OPS = ("PUT", "GET", "HEAD", "DELETE")
+SWEEP_K = (50, 100, 200, 300, 1000)
+
+
+class SwiftBench:
+    def __init__(self, tb, res: Results, quick: bool, reps: int, work: Path):
+        self.targets = list(tb)
+        self.res = res
+        self.quick = quick
+        self.reps = reps
+        self.work = work
+        self.phase_s = 1.0 if quick else 6.0
+        self.sweep_s = 0.8 if quick else 4.0
+        self.big = (256 << 20) if quick else (1 << 30)
+        self.max_ops = {4 << 10: 20000, 100 << 10: 5000, 1 << 20: 1500}
+        self.servers: dict[str, so.ObjectServer] = {}
+        self.run_id = 0
+
+    def _order(self, rep: int):
+        k = rep % len(self.targets)
+        return self.targets[k:] + self.targets[:k]
+
+    def start(self) -> None:
+        for t in self.targets:
+            srv = so.ObjectServer(t.name, t.devices, self.work / "swift" / t.name)
+            self.servers[t.name] = srv
+            srv.start()
+            log(f"swift: object server for {t.name} on 127.0.0.1:{srv.port} (pids {srv.pids()})")
+            # warm-up: a few PUT/GET/DELETE so that the first timed phase is not a cold start
+            names = [f"warm-{i}" for i in range(20)]
+            for op in ("PUT", "GET", "DELETE"):
+                ph = so.run_phase(srv.port, op, names, 4096, 4, 30)
+                if ph.errors:
+                    raise RuntimeError(f"{t.name}: warm-up {op} failed: {ph.first_error}\n{srv.log_tail()}")
+
+    def stop(self) -> None:
+        for srv in self.servers.values():
+            srv.stop()
+
+    def _guard(self, what, t, fn):
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001
+            msg = f"{t.name}: swift {what} failed: {str(e).strip()[:400]}"
+            log("ERROR " + msg)
+            self.res.note(msg)
+            return None
+
+    # ------------------------------------------------------------------ parts
+    def run(self) -> None:
+        self.start()
+        try:
+            self.fuse_requests()
+            self.small()
+            self.large()
+            self.sweep()
+        finally:
+            self.stop()
+
+    def _record(self, t, key, label, ph: so.Phase, group="swift") -> None:
+        s = ph.summary()
+        self.res.add(key + ".ops", t.name, s["ops_s"] if ph.ops else None, detail=s,
+                     label=f"{label}: ops/s", unit="ops/s", group=group)
+        for stat, show in (("p50", True), ("p99", True), ("mean", False), ("p95", False), ("max", False)):
+            self.res.add(f"{key}.{stat}", t.name, s.get(stat), label=f"{label}: {stat}", unit="ms",
+                         better="lower", group=group, minor=not show)
+        if ph.errors:
+            self.res.note(f"{t.name}: {label}: {ph.errors} errors, first: {ph.first_error}")
+
+    def small(self) -> None:
+        n_cases = len(SIZES) * len(CONCS)
+        i = 0
+        for size in SIZES:
+            for conc in CONCS:
+                i += 1
+                for rep in range(self.reps):
+                    for t in self._order(rep):
+                        log(f"swift [{i}/{n_cases}] {size_label(size)} c{conc} rep {rep + 1}/{self.reps} on {t.name}")
+                        self._guard(f"{size_label(size)} c{conc}", t, lambda: self._small_case(t, size, conc, rep))
+
+    def _small_case(self, t, size: int, conc: int, rep: int) -> None:
+        port = self.servers[t.name].port
+        self.run_id += 1
+        names = [f"o{size_label(size)}-c{conc}-r{rep}-{self.run_id}-{i}" for i in range(self.max_ops[size])]
+        lab = f"Swift {{}} {size_label(size).replace('K', ' KiB').replace('M', ' MiB')} c{conc}"
+        put = so.run_phase(port, "PUT", names, size, conc, self.phase_s)
+        stored = names[:put.ops]  # GET/HEAD/DELETE what was PUT (a failed PUT shows as errors)
+        self._record(t, f"swift.put.{size_label(size).lower()}.c{conc}", lab.format("PUT"), put)
+        figs = [f"PUT {put.rate:.0f}"]
+        if put.ops:
+            for op in ("GET", "HEAD"):
+                ph = so.run_phase(port, op, stored[:put.ops], size, conc, self.phase_s, max_ops=10**9, cycle=True)
+                self._record(t, f"swift.{op.lower()}.{size_label(size).lower()}.c{conc}", lab.format(op), ph)
+                figs.append(f"{op} {ph.rate:.0f}")
+            ph = so.run_phase(port, "DELETE", stored[:put.ops], size, conc, self.phase_s)
+            self._record(t, f"swift.delete.{size_label(size).lower()}.c{conc}", lab.format("DELETE"), ph)
+            figs.append(f"DELETE {ph.rate:.0f}")
+        log(f"  {t.name} {size_label(size)} c{conc} ops/s: " + ", ".join(figs))
+
+    def large(self) -> None:
+        lab = size_label(self.big).replace("M", " MiB").replace("G", " GiB")
+        for rep in range(self.reps):
+            for t in self._order(rep):
+                log(f"swift large {lab} PUT/GET rep {rep + 1}/{self.reps} on {t.name}")
+                self._guard("large object", t, lambda: self._large_case(t, rep, lab))
+
+    def _large_case(self, t, rep: int, lab: str) -> None:
+        port = self.servers[t.name].port
+        mib = self.big / 2**20
+        for mode, chunk in (("cl", 0), ("chunked", 65536)):
+            name = f"big-{mode}-{rep}"
+            sec = so.big_put(port, name, self.big, chunked=chunk)
+            how = "content-length" if mode == "cl" else "chunked, 64 KiB pieces"
+            self.res.add(f"swift.bigput.{mode}.mibs", t.name, mib / sec, label=f"Swift PUT {lab} ({how})",
+                         unit="MiB/s", group="swift-big")
+            log(f"  {t.name} PUT {lab} {mode}: {sec:.2f} s ({mib / sec:.0f} MiB/s)")
+            if mode == "cl":
+                sec_g, got = so.timed_get(port, name)
+                if got != self.big:
+                    raise RuntimeError(f"GET {name} returned {got} bytes, expected {self.big}")
+                self.res.add("swift.bigget.mibs", t.name, mib / sec_g, label=f"Swift GET {lab}",
+                             unit="MiB/s", group="swift-big")
+                log(f"  {t.name} GET {lab}: {sec_g:.2f} s ({mib / sec_g:.0f} MiB/s)")
+            so.single(port, "DELETE", name)
+
+    def sweep(self) -> None:
+        for i, kib in enumerate(SWEEP_K, 1):
+            size = kib << 10
+            for rep in range(self.reps):
+                for t in self._order(rep):
+                    log(f"swift sweep [{i}/{len(SWEEP_K)}] {kib} KiB rep {rep + 1}/{self.reps} on {t.name}")
+                    self._guard(f"sweep {kib}k", t, lambda: self._sweep_case(t, size, kib, rep))
+
+    def _sweep_case(self, t, size: int, kib: int, rep: int) -> None:
+        port = self.servers[t.name].port
+        self.run_id += 1
+        names = [f"sw{kib}-r{rep}-{self.run_id}-{i}" for i in range(5000)]
+        put = so.run_phase(port, "PUT", names, size, 1, self.sweep_s)
+        self._record(t, f"swift.sweep.put.{kib}k", f"Swift PUT {kib} KiB c1 (sweep)", put, group="swift-sweep")
+        get = so.run_phase(port, "GET", names[:put.ops], size, 1, self.sweep_s, max_ops=10**9, cycle=True)
+        self._record(t, f"swift.sweep.get.{kib}k", f"Swift GET {kib} KiB c1 (sweep)", get, group="swift-sweep")
+        so.run_phase(port, "DELETE", names[:put.ops], size, 4, 60)
+        log(f"  {t.name} sweep {kib} KiB: PUT {put.rate * size / 2**20:.1f} MiB/s, "
+            f"GET {get.rate * size / 2**20:.1f} MiB/s")
+
+    # ------------------------------------------------------- FUSE requests
+    def fuse_requests(self) -> None:
+        t = next((x for x in self.targets if x.is_packfs), None)
+        if t is None:
+            return
+        n = 50
+        self._guard("FUSE request counts", t, lambda: self._fuse_requests(t, n))
+
+    def _fuse_requests(self, t, n: int) -> None:
+        port = self.servers[t.name].port
+        names = [f"fusecount-{i}" for i in range(n)]
+        per_op = {}
+        for op in ("PUT", "GET", "DELETE"):
+            before = t.stats()
+            ph = so.run_phase(port, op, names, 4096, 1, 120)
+            after = t.stats()
+            if ph.errors:
+                raise RuntimeError(f"{op}: {ph.first_error}")
+            per_op[op] = (before, after, ph.ops)
+        table = request_table(per_op)
+        self.res.tables["fuse_requests"] = table
+        tot = table.get("totals", {})
+        log("  FUSE requests per 4 KiB op (c1): " + ", ".join(f"{k} {v:.1f}" for k, v in tot.items()))
+
+
+def main(tb, res: Results, quick: bool, reps: int, work: Path) -> None:
+    sb = SwiftBench(tb, res, quick, reps, work)
+    res.config["swift"] = {"phase_seconds": sb.phase_s, "sweep_seconds": sb.sweep_s, "large_object": sb.big,
+                           "max_ops": {size_label(k): v for k, v in sb.max_ops.items()},
+                           "object_server": "stock swift-object-server, workers=1, one per filesystem",
+                           "part_power": so.PART_POWER}
+    sb.run()
