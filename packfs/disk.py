@@ -52,6 +52,10 @@ class Disk:
             err = ctypes.get_errno()
             raise OSError(err, os.strerror(err))
 
+    def allocate(self, fd: int, offset: int, length: int) -> None:
+        """Reserve blocks for [offset, offset+length), extending the file (ENOSPC if none)."""
+        os.posix_fallocate(fd, offset, length)
+
     def truncate(self, fd: int, size: int) -> None:
         os.ftruncate(fd, size)
 

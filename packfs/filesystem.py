@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import trio
 
+from . import records
 from .disk import Disk
 from .errors import FsError
 from .journal import Journal
@@ -46,8 +47,8 @@ class Filesystem:
         self.ns = pack.ns
         self.volumes = pack.volumes
         self.wb = WriteBehind(self.ns, self.volumes, options.disk_chunk_size, options.max_dirty)
-        self.journal = Journal(self.ns, self.volumes, self.wb, pack.catalog, options.checkpoint_bytes)
-        self.journal._metas = list(pack.recovery.metas)
+        self.journal = Journal(self.ns, self.volumes, self.wb, pack.catalog, options.checkpoint_bytes,
+                               pack.recovery.metas)
         self.handles: dict[int, Inode] = {}
         self._next_fh = 1
         self.started = time.time()
@@ -164,7 +165,7 @@ class Filesystem:
         return await self.wb.read(self._handle(fh), offset, size)
 
     async def write(self, fh: int, offset: int, data: bytes) -> int:
-        return await self.wb.write(self._handle(fh), offset, data)
+        return await self.journal.reclaiming(self.wb.write, self._handle(fh), offset, data)
 
     async def release(self, fh: int) -> None:
         node = self.handles.pop(fh, None)
@@ -176,7 +177,7 @@ class Filesystem:
             return
         if node.wbuf is not None and node.opens == 0:
             try:
-                await self.volumes.ensure_space(self.wb.footprint())
+                await self.volumes.ensure_space(records.footprint(len(node.wbuf.data)))
             except FsError as e:
                 log.warning("inode %d stays buffered at release: %s", node.ino, e)
                 return
@@ -192,22 +193,27 @@ class Filesystem:
 
     def stats(self) -> dict:
         files = dirs = size = 0
+        live: set = set()
         for node in self.ns:
             if node.is_dir:
                 dirs += 1
-            else:
-                files += 1
-                size += node.size
+                continue
+            files += 1
+            size += node.size
+            for e in node.extents or ():
+                live.add((e[2], e[3], e[5]))
         v = self.volumes
+        dead = self.ns.frees + self.journal.pending_metas
         allocated = sum(self.disk.allocated_bytes(v.fd(n)) for n in v.existing())
         rss = _rss_bytes()
         return {
             "files": files, "directories": dirs, "bytes": size, "inodes": len(self.ns),
-            "volumes": len(v.existing()), "live_bytes": v.stats.live_bytes,
-            "dead_bytes": v.stats.dead_bytes + sum(r[2] for r in self.ns.frees),
-            "punched_bytes": v.stats.punched_bytes, "disk_allocated_bytes": allocated,
-            "appended_bytes": v.appended, "device_writes": v.stats.writes,
-            "device_flushes": v.stats.flushes, "commits": self.journal.commits,
+            "volumes": len(v.existing()),
+            "live_bytes": sum(records.footprint(k[2]) for k in live),
+            "dead_bytes": sum(records.footprint(k[2]) for k in dead),
+            "punched_bytes": v.punched_bytes, "disk_allocated_bytes": allocated,
+            "appended_bytes": v.appended, "device_writes": v.writes,
+            "device_flushes": v.flushes, "commits": self.journal.commits,
             "checkpoints": self.journal.checkpoints, "dirty_bytes": self.wb.dirty_bytes,
             "rss_bytes": rss, "rss_per_file": rss / max(1, files),
             "recovery": {"replayed": self.pack.recovery.replayed, "orphans": self.pack.recovery.orphans,

@@ -13,15 +13,18 @@ then, so the part of the log that recovery replays never contains a punched reco
 """
 from __future__ import annotations
 
+import errno
 import logging
 import marshal
 import time
+from typing import Any, Awaitable, Callable, TypeVar
 
 import trio
 
 from . import extents as ext
 from . import records
 from .catalog import Catalog
+from .errors import FsError
 from .namespace import Changes, Namespace
 from .volumes import Volumes
 from .writeback import WriteBehind
@@ -29,6 +32,7 @@ from .writeback import WriteBehind
 log = logging.getLogger(__name__)
 
 MARSHAL_VERSION = 4
+T = TypeVar("T")
 
 
 def encode(ns: Namespace, changes: Changes) -> bytes:
@@ -71,13 +75,13 @@ def snapshot(ns: Namespace, changes: Changes) -> tuple[list, list, list, list]:
 
 class Journal:
     def __init__(self, ns: Namespace, volumes: Volumes, wb: WriteBehind, catalog: Catalog,
-                 checkpoint_bytes: int) -> None:
+                 checkpoint_bytes: int, replayed: list[ext.RecordKey]) -> None:
         self.ns = ns
         self.volumes = volumes
         self.wb = wb
         self.catalog = catalog
         self.checkpoint_bytes = checkpoint_bytes
-        self._metas: list[ext.RecordKey] = []  # META records since the last checkpoint
+        self._metas = list(replayed)  # META records since the last checkpoint
         self._appended_at_checkpoint = 0
         self._checkpoint_lock = trio.Lock()
         self._checkpoint_wanted = trio.Event()
@@ -95,14 +99,29 @@ class Journal:
             self._metas.append((vol, off, len(payload)))
             self.commits += 1
 
+    @property
+    def pending_metas(self) -> list[ext.RecordKey]:
+        """META records that die at the next checkpoint."""
+        return self._metas
+
     async def commit(self) -> None:
         """Make every change so far durable (fsync, fsyncdir)."""
-        await self.volumes.ensure_space(self.wb.footprint() + records.BLOCK, metadata=True)
+        await self.reclaiming(self.volumes.ensure_space, self.wb.footprint() + records.BLOCK, metadata=True)
         self._stage()
         await self.volumes.wait_durable(self.volumes.last_ticket)
         if self.volumes.appended - self._appended_at_checkpoint > self.checkpoint_bytes or \
-                len(self.ns.catalog_changes.inodes) > 200_000:
+                len(self.ns.catalog_changes.inodes) > 200_000 or len(self.ns.frees) > 4096:
             self._checkpoint_wanted.set()
+
+    async def reclaiming(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """Run fn; on ENOSPC, checkpoint to punch what died, then run it once more."""
+        try:
+            return await fn(*args, **kwargs)
+        except FsError as e:
+            if e.errno != errno.ENOSPC or not (self.ns.frees or self._metas):
+                raise
+        await self.checkpoint()
+        return await fn(*args, **kwargs)
 
     async def checkpoint(self) -> None:
         """Commit, write the catalog, then punch the records that died before it."""

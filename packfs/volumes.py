@@ -19,7 +19,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import trio
 
@@ -31,7 +31,8 @@ from .stats import OpStats
 log = logging.getLogger(__name__)
 
 PREALLOC_STEP = 64 << 20
-META_RESERVE = 4 << 20
+META_RESERVE = 4 << 20  # preallocated volume space only metadata may use
+HEADROOM = 32 << 20  # backing-disk space data never takes, so the catalog can checkpoint
 
 
 def volume_name(number: int) -> str:
@@ -45,17 +46,6 @@ class _Queued:
     offset: int
     data: bytes
     sync: bool
-
-
-@dataclass
-class VolumeStats:
-    live_bytes: int = 0
-    dead_bytes: int = 0
-    punched_bytes: int = 0
-    writes: int = 0
-    flushes: int = 0
-    bytes_written: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 class Volumes:
@@ -72,7 +62,9 @@ class Volumes:
         self.seq = 1
         self.broken = 0  # errno that broke the log, or 0
         self.appended = 0  # bytes appended since this mount
-        self.stats = VolumeStats()
+        self.writes = 0  # pwrite calls
+        self.flushes = 0  # fdatasync batches
+        self.punched_bytes = 0
         self.timings = OpStats()  # device-level write and flush latency
         self._queue: list[_Queued] = []
         self._inflight: dict[tuple[int, int], bytes] = {}
@@ -136,15 +128,22 @@ class Volumes:
             need = self.tail + nbytes + keep
             if need <= self.allocated:
                 return
-            target = min(max(need, self.allocated + PREALLOC_STEP), max(need, self.volume_size + META_RESERVE))
-            fd = self.fd(self.active)
+            preferred = max(need, min(self.allocated + PREALLOC_STEP, self.volume_size + META_RESERVE))
             try:
-                await trio.to_thread.run_sync(os.posix_fallocate, fd, self.allocated, target - self.allocated)
+                self.allocated = await trio.to_thread.run_sync(
+                    self._grow, self.fd(self.active), need, preferred, metadata)
             except OSError as e:
-                if e.errno == errno.ENOSPC and metadata and self.tail + nbytes <= self.allocated:
-                    return
                 raise FsError(e.errno or errno.EIO, "cannot grow the active volume") from e
-            self.allocated = target
+
+    def _grow(self, fd: int, need: int, preferred: int, metadata: bool) -> int:
+        """Preallocate towards preferred, at least to need; data leaves HEADROOM for the catalog."""
+        st = self.disk.statvfs(self.directory)
+        spare = st.f_bavail * st.f_frsize - (0 if metadata else HEADROOM)
+        target = min(preferred, self.allocated + max(0, spare))
+        if target < need:
+            raise OSError(errno.ENOSPC, "the backing disk is full")
+        self.disk.allocate(fd, self.allocated, target - self.allocated)
+        return target
 
     async def _roll_over(self) -> None:
         number = self.active + 1
@@ -175,7 +174,6 @@ class Volumes:
         self._next_ticket += 1
         self._queue.append(_Queued(ticket, vol, off, data, sync))
         self._inflight[(vol, off)] = data
-        self.stats.live_bytes += len(data)
         self._wakeup.set()
         return vol, off, ticket
 
@@ -244,7 +242,7 @@ class Volumes:
                 t0 = time.perf_counter_ns()
                 self.disk.pwrite(self.fd(run_vol), b"".join(parts), run_off)
                 self.timings.record("disk_write", time.perf_counter_ns() - t0)
-                self.stats.writes += 1
+                self.writes += 1
 
         touched: list[int] = []
         end = -1
@@ -264,7 +262,6 @@ class Volumes:
                 write_run()
                 run_vol, run_off, parts = q.volume, q.offset, [q.data]
             end = q.offset + len(q.data)
-            self.stats.bytes_written += len(q.data)
             if q.volume not in touched:
                 touched.append(q.volume)
         write_run()
@@ -273,7 +270,7 @@ class Volumes:
             for v in touched or [self._last_written_volume or self.active]:
                 self.disk.fdatasync(self.fd(v))
             self.timings.record("disk_flush", time.perf_counter_ns() - t0)
-            self.stats.flushes += 1
+            self.flushes += 1
 
     # -- reading ------------------------------------------------------------------
 
@@ -333,9 +330,7 @@ class Volumes:
             size = records.footprint(rlen)
             try:
                 self.disk.punch_hole(self.fd(vol), off, size)
-            except OSError as e:
+            except OSError as e:  # the space stays used; fsck --repair can punch it later
                 log.warning("punching %s at %d failed: %s", volume_name(vol), off, e)
-                self.stats.dead_bytes += size
                 continue
-            self.stats.live_bytes -= size
-            self.stats.punched_bytes += size
+            self.punched_bytes += size
