@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
@@ -30,12 +31,25 @@ def mounts() -> dict[str, tuple[str, str]]:
 
 
 def _check_mountpoint(mountpoint: str) -> None:
-    if mountpoint in mounts():
+    entry = mounts().get(mountpoint)
+    if entry is not None and entry[1] == "fuse.packfs" and _dead(mountpoint):
+        # A packfs whose daemon died (kill -9, OOM): clear it so this mount can proceed.
+        print(f"packfs: clearing the dead mount at {mountpoint}", file=sys.stderr)
+        subprocess.run(["fusermount3", "-u", "-z", mountpoint], capture_output=True)
+    elif entry is not None:
         die(f"{mountpoint} is already a mount point")
     if not os.path.isdir(mountpoint):
         die(f"mount point {mountpoint} does not exist or is not a directory")
     if os.listdir(mountpoint):
         die(f"mount point {mountpoint} is not empty")
+
+
+def _dead(mountpoint: str) -> bool:
+    try:
+        os.stat(mountpoint)
+    except OSError as e:
+        return e.errno == errno.ENOTCONN
+    return False
 
 
 def _prepare_packdir(packdir: str) -> None:

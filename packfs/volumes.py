@@ -77,6 +77,7 @@ class Volumes:
         self._cache: OrderedDict[tuple[int, int], bytes] = OrderedDict()
         self._cache_bytes = 0
         self._cache_max = cache_bytes
+        self._loading: dict[tuple[int, int], trio.Event] = {}
         self._grow_lock = trio.Lock()
         self._last_written_volume = 0
 
@@ -279,12 +280,20 @@ class Volumes:
         queued = self._inflight.get((volume, offset))
         if queued is not None:
             return queued[records.HEADER_SIZE: records.HEADER_SIZE + length]
-        cached = self._cache.get((volume, offset))
+        k = (volume, offset)
+        while (loading := self._loading.get(k)) is not None:
+            await loading.wait()  # kernel readahead asks for one record many times at once
+        cached = self._cache.get(k)
         if cached is not None:
-            self._cache.move_to_end((volume, offset))
+            self._cache.move_to_end(k)
             return cached
-        payload = await trio.to_thread.run_sync(self._read_verified, volume, offset, length, ino)
-        self._remember((volume, offset), payload)
+        self._loading[k] = done = trio.Event()
+        try:
+            payload = await trio.to_thread.run_sync(self._read_verified, volume, offset, length, ino)
+            self._remember(k, payload)
+        finally:
+            del self._loading[k]
+            done.set()
         return payload
 
     def _read_verified(self, volume: int, offset: int, length: int, ino: int) -> bytes:
