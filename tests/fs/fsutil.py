@@ -1,0 +1,181 @@
+"""Helpers for the real-mount tests: errno assertions, running code as another user,
+tree snapshots, renameat2, and backing-disk usage."""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Callable
+
+NOBODY = 65534
+
+
+@contextlib.contextmanager
+def raises_errno(expected: int):
+    """Assert that the block raises OSError with exactly `expected` errno."""
+    try:
+        yield
+    except OSError as e:
+        assert e.errno == expected, (f"expected {errno.errorcode[expected]}, got "
+                                     f"{errno.errorcode.get(e.errno, e.errno)}: {e}")
+    else:
+        raise AssertionError(f"expected OSError {errno.errorcode[expected]}, but the call succeeded")
+
+
+def as_user(cwd: Path, code: str, uid: int = NOBODY, gid: int = NOBODY, timeout: float = 60) -> Any:
+    """Run `code` in a Python subprocess as uid/gid with cwd set to `cwd`.
+
+    The child changes into `cwd` while still root (pytest's tmp directories are 0700, so an
+    unprivileged user could not walk to the mount), then drops to uid/gid with no
+    supplementary groups. `code` must assign a JSON-serialisable value to `result`.
+    A helper `err(fn, *args)` returns the errno name an OSError carries, or "ok".
+    """
+    prelude = textwrap.dedent("""
+        import errno, json, os, sys
+        def err(fn, *args, **kw):
+            try:
+                fn(*args, **kw)
+            except OSError as e:
+                return errno.errorcode.get(e.errno, str(e.errno))
+            return "ok"
+        result = None
+    """)
+    script = prelude + textwrap.dedent(code) + "\nsys.stdout.write(json.dumps(result))\n"
+
+    def drop() -> None:
+        os.chdir(cwd)
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+
+    proc = subprocess.run([_python_for_others(), "-I", "-c", script], preexec_fn=drop, capture_output=True,
+                          text=True, timeout=timeout, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+    assert proc.returncode == 0, f"child failed: {proc.stderr}"
+    return json.loads(proc.stdout)
+
+
+def _world_executable(path: str) -> bool:
+    """True if a user with no privileges and no groups can execute path."""
+    path = os.path.realpath(path)
+    parts = Path(path).parents
+    if any(not os.stat(d).st_mode & stat.S_IXOTH for d in parts):
+        return False
+    return bool(os.stat(path).st_mode & stat.S_IXOTH)
+
+
+def _python_for_others() -> str:
+    """A Python interpreter an unprivileged user can run (the venv's may live under /root)."""
+    for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.path.exists(candidate) and _world_executable(candidate):
+            return candidate
+    raise RuntimeError("no Python interpreter is executable by an unprivileged user")
+
+
+def drop_cache(fd: int) -> None:
+    """Drop the kernel's cached pages of one file, so the next read asks packfs."""
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def read_file(path: Path | str, cached: bool = False) -> bytes:
+    """A file's whole contents, read from packfs rather than the kernel's page cache."""
+    with open(path, "rb") as f:
+        if not cached:
+            drop_cache(f.fileno())
+        return f.read()
+
+
+def sha256_file(path: Path | str, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        drop_cache(f.fileno())
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_file(path: Path | str, data: bytes, fsync: bool = False, mode: int = 0o644) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: Path | str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def snapshot_tree(root: Path) -> dict:
+    """Every name under root with its full metadata, xattrs and contents (as sha256).
+
+    Metadata is taken for the whole tree before any file is read, so that reading cannot
+    disturb what is compared. Hard links show as a shared link group.
+    """
+    meta: dict[str, dict] = {}
+    inode_group: dict[int, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            p = os.path.join(dirpath, name)
+            rel = os.path.relpath(p, root)
+            st = os.lstat(p)
+            group = inode_group.setdefault(st.st_ino, rel)
+            entry = {
+                "type": stat.S_IFMT(st.st_mode), "mode": stat.S_IMODE(st.st_mode), "uid": st.st_uid,
+                "gid": st.st_gid, "nlink": st.st_nlink, "size": st.st_size, "mtime": st.st_mtime_ns,
+                "atime": st.st_atime_ns, "ctime": st.st_ctime_ns, "link_group": group,
+                "xattrs": {} if stat.S_ISLNK(st.st_mode) else
+                {n: hashlib.sha256(os.getxattr(p, n, follow_symlinks=False)).hexdigest()
+                 for n in sorted(os.listxattr(p, follow_symlinks=False))},
+            }
+            if stat.S_ISLNK(st.st_mode):
+                entry["target"] = os.readlink(p)
+            meta[rel] = entry
+    for rel, entry in meta.items():
+        if stat.S_ISREG(entry["type"]):
+            entry["sha256"] = sha256_file(root / rel)
+    return meta
+
+
+def backing_usage(packdir: Path) -> int:
+    """Bytes the pack directory really occupies on the backing disk (sum of st_blocks)."""
+    total = 0
+    for dirpath, _, filenames in os.walk(packdir):
+        for name in filenames:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+    return total
+
+
+# -- renameat2 ---------------------------------------------------------------------------
+
+RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2
+AT_FDCWD = -100
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+
+
+def renameat2(old: Path | str, new: Path | str, flags: int) -> None:
+    fn: Callable = _libc.renameat2
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(AT_FDCWD, os.fsencode(old), AT_FDCWD, os.fsencode(new), flags) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), str(old))

@@ -1,0 +1,209 @@
+"""chmod, chown, utimens with nanoseconds, and extended attributes."""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+import pytest
+
+from fsutil import raises_errno, write_file
+
+KiB = 1024
+
+
+def test_chmod(work):
+    write_file(work / "f", b"")
+    os.makedirs(work / "d")
+    for mode in (0o000, 0o4755, 0o2711, 0o1777, 0o640):
+        os.chmod(work / "f", mode)
+        assert stat.S_IMODE(os.stat(work / "f").st_mode) == mode
+        assert stat.S_ISREG(os.stat(work / "f").st_mode)
+    os.chmod(work / "d", 0o700)
+    st = os.stat(work / "d")
+    assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700
+
+
+def test_chmod_changes_ctime_not_mtime(work):
+    write_file(work / "f", b"")
+    os.utime(work / "f", ns=(5, 5))
+    before = os.stat(work / "f")
+    os.chmod(work / "f", 0o600)
+    after = os.stat(work / "f")
+    assert after.st_mtime_ns == 5 and after.st_atime_ns == 5
+    assert after.st_ctime_ns > before.st_ctime_ns
+
+
+def test_chown(work):
+    write_file(work / "f", b"")
+    os.chown(work / "f", 1234, 5678)
+    st = os.stat(work / "f")
+    assert (st.st_uid, st.st_gid) == (1234, 5678)
+    os.chown(work / "f", -1, 42)
+    st = os.stat(work / "f")
+    assert (st.st_uid, st.st_gid) == (1234, 42)
+    os.symlink("f", work / "l")
+    os.lchown(work / "l", 77, 88)
+    assert (os.lstat(work / "l").st_uid, os.lstat(work / "l").st_gid) == (77, 88)
+    assert os.stat(work / "f").st_uid == 1234
+
+
+def test_chown_clears_setuid_setgid(work):
+    write_file(work / "f", b"")
+    os.chmod(work / "f", 0o6755)
+    os.chown(work / "f", 1000, 1000)
+    assert stat.S_IMODE(os.stat(work / "f").st_mode) == 0o755
+
+
+def test_utimens_nanoseconds(work):
+    write_file(work / "f", b"x")
+    atime, mtime = 1_234_567_890_123_456_789, 1_600_000_000_987_654_321
+    os.utime(work / "f", ns=(atime, mtime))
+    st = os.stat(work / "f")
+    assert st.st_atime_ns == atime
+    assert st.st_mtime_ns == mtime
+    # Before the epoch and far future, as Swift's X-Timestamp allows.
+    os.utime(work / "f", ns=(0, 4_102_444_800_000_000_001))
+    st = os.stat(work / "f")
+    assert (st.st_atime_ns, st.st_mtime_ns) == (0, 4_102_444_800_000_000_001)
+
+
+def test_utime_now_and_dirs_and_symlinks(work):
+    os.makedirs(work / "d")
+    os.utime(work / "d", ns=(111, 222))
+    st = os.stat(work / "d")
+    assert (st.st_atime_ns, st.st_mtime_ns) == (111, 222)
+    os.utime(work / "d")  # now
+    assert os.stat(work / "d").st_mtime_ns > 10**18
+    os.symlink("d", work / "l")
+    os.utime(work / "l", ns=(333, 444), follow_symlinks=False)
+    assert os.lstat(work / "l").st_mtime_ns == 444
+    assert os.stat(work / "d").st_mtime_ns != 444
+
+
+def test_write_updates_mtime_and_size(work):
+    write_file(work / "f", b"")
+    os.utime(work / "f", ns=(1, 1))
+    with open(work / "f", "ab") as f:
+        f.write(b"abc")
+    st = os.stat(work / "f")
+    assert st.st_size == 3 and st.st_mtime_ns > 1
+
+
+def test_create_unlink_update_parent_mtime(work):
+    os.utime(work, ns=(1, 1))
+    write_file(work / "f", b"")
+    assert os.stat(work).st_mtime_ns > 1
+    os.utime(work, ns=(1, 1))
+    os.unlink(work / "f")
+    assert os.stat(work).st_mtime_ns > 1
+
+
+# -- extended attributes -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [0, 1, 4 * KiB, 64 * KiB - 1, 64 * KiB])
+def test_xattr_value_sizes(work, size):
+    write_file(work / "f", b"")
+    value = os.urandom(size)
+    os.setxattr(work / "f", "user.swift.metadata", value)
+    assert os.getxattr(work / "f", "user.swift.metadata") == value
+    assert os.listxattr(work / "f") == ["user.swift.metadata"]
+
+
+def test_xattr_over_64k_is_e2big(work):
+    write_file(work / "f", b"")
+    with raises_errno(errno.E2BIG):
+        os.setxattr(work / "f", "user.big", b"x" * (64 * KiB + 1))
+    assert os.listxattr(work / "f") == []
+
+
+def test_xattr_100_per_file(work):
+    write_file(work / "f", b"")
+    values = {f"user.swift.metadata{i or ''}": os.urandom(1000 + i) for i in range(100)}
+    fd = os.open(work / "f", os.O_RDWR)
+    try:
+        for name, value in values.items():
+            os.setxattr(fd, name, value)  # fsetxattr, as Swift does
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    assert sorted(os.listxattr(work / "f")) == sorted(values)
+    for name, value in values.items():
+        assert os.getxattr(work / "f", name) == value
+
+
+def test_xattr_several_64k_values(work):
+    write_file(work / "f", b"")
+    values = {f"user.swift.metadata{i or ''}": bytes([i]) * (64 * KiB) for i in range(8)}
+    for name, value in values.items():
+        os.setxattr(work / "f", name, value)
+    for name, value in values.items():
+        assert os.getxattr(work / "f", name) == value
+
+
+def test_xattr_replace_and_remove(work):
+    write_file(work / "f", b"")
+    os.setxattr(work / "f", "user.a", b"1")
+    os.setxattr(work / "f", "user.a", b"22")
+    assert os.getxattr(work / "f", "user.a") == b"22"
+    os.removexattr(work / "f", "user.a")
+    with raises_errno(errno.ENODATA):
+        os.getxattr(work / "f", "user.a")
+    with raises_errno(errno.ENODATA):
+        os.removexattr(work / "f", "user.a")
+    with raises_errno(errno.ENODATA):
+        os.getxattr(work / "f", "user.never")
+    assert os.listxattr(work / "f") == []
+
+
+def test_xattr_create_and_replace_flags(work):
+    write_file(work / "f", b"")
+    os.setxattr(work / "f", "user.x", b"1", os.XATTR_CREATE)
+    with raises_errno(errno.EEXIST):
+        os.setxattr(work / "f", "user.x", b"2", os.XATTR_CREATE)
+    with raises_errno(errno.ENODATA):
+        os.setxattr(work / "f", "user.y", b"2", os.XATTR_REPLACE)
+    os.setxattr(work / "f", "user.x", b"3", os.XATTR_REPLACE)
+    assert os.getxattr(work / "f", "user.x") == b"3"
+
+
+def test_xattr_on_directories(work):
+    os.makedirs(work / "d")
+    os.setxattr(work / "d", "user.dirmeta", b"v" * 5000)
+    assert os.getxattr(work / "d", "user.dirmeta") == b"v" * 5000
+    assert os.listxattr(work / "d") == ["user.dirmeta"]
+    os.removexattr(work / "d", "user.dirmeta")
+    assert os.listxattr(work / "d") == []
+
+
+def test_xattr_shared_by_hardlinks_and_kept_by_rename(work):
+    write_file(work / "f", b"")
+    os.setxattr(work / "f", "user.k", b"v")
+    os.link(work / "f", work / "g")
+    assert os.getxattr(work / "g", "user.k") == b"v"
+    os.rename(work / "f", work / "h")
+    assert os.getxattr(work / "h", "user.k") == b"v"
+
+
+def test_xattr_changes_ctime(work):
+    write_file(work / "f", b"")
+    before = os.stat(work / "f").st_ctime_ns
+    os.setxattr(work / "f", "user.k", b"v")
+    assert os.stat(work / "f").st_ctime_ns > before
+
+
+def test_xattr_binary_and_long_names(work):
+    write_file(work / "f", b"")
+    name = "user." + "n" * 250  # 255 bytes: XATTR_NAME_MAX
+    os.setxattr(work / "f", name, b"\x00\xff\x00")
+    assert os.getxattr(work / "f", name) == b"\x00\xff\x00"
+    with raises_errno(errno.ERANGE):
+        os.setxattr(work / "f", "user." + "n" * 251, b"")
+
+
+def test_security_capability_absent(work):
+    """The kernel asks for it on every write; it must be a cheap ENODATA."""
+    write_file(work / "f", b"")
+    with raises_errno(errno.ENODATA):
+        os.getxattr(work / "f", "security.capability")
