@@ -60,9 +60,10 @@ class FioBench:
         q = quick
         self.small = {1: 1500 if q else 10000, 4: 500 if q else 3000}   # files per job
         self.stream_size = "256m" if q else "1g"
-        self.rr_files = 2000 if q else 20000
-        self.rr_fsize = "32k"
+        self.rr_files = 4000 if q else 20000
+        self.rr_fsize = "16k"
         self.rr_runtime = 3 if q else 10
+        self.rr_cold_ios = 500 if q else 2500   # per job, 4 jobs: ~12% of the blocks
         self.sweep_bytes = (16 << 20) if q else (128 << 20)
 
     # Interleave filesystems; rotate the order each repetition.
@@ -79,7 +80,7 @@ class FioBench:
             self.res.note(msg)
 
     def run(self) -> None:
-        steps = ["small", "stream", "randread", "sweep"]
+        steps = [s for s in os.environ.get("BENCH_FIO_STEPS", "small,stream,randread,sweep").split(",") if s]
         for i, step in enumerate(steps, 1):
             for rep in range(self.reps):
                 for t in self._order(rep):
@@ -131,11 +132,13 @@ class FioBench:
             with open(d / "rr" / "0" / str(n) / "1700000000.00000.data", "rb") as f:
                 while f.read(1 << 20):
                     pass
-        env.update({"NUMJOBS": 4, "RUNTIME": self.rr_runtime,
-                    "TOTAL": self.rr_files * (int(self.rr_fsize.rstrip("k")) << 10)})
+        env.update({"NUMJOBS": 4, "TOTAL": self.rr_files * (int(self.rr_fsize.rstrip("k")) << 10)})
         for mode in ("warm", "cold"):
             if mode == "cold":
                 drop_caches()
+                env.update({"TIME_BASED": 0, "RUNTIME": 600, "NUMBER_IOS": self.rr_cold_ios})
+            else:
+                env.update({"TIME_BASED": 1, "RUNTIME": self.rr_runtime, "NUMBER_IOS": 0})
             j = run_fio("randread", env, self.tmp)
             iops = j["read"]["iops"]
             lab = f"fio 4 KiB random reads over {self.rr_files} files of {self.rr_fsize.upper()}, 4 jobs, {mode}"
@@ -170,5 +173,5 @@ def main(testbed, res: Results, quick: bool, reps: int, tmp: Path) -> None:
     fb = FioBench(list(testbed), res, quick, reps, tmp)
     res.config["fio"] = {"small_files_per_job": fb.small, "stream_size": fb.stream_size,
                          "randread_files": fb.rr_files, "randread_fsize": fb.rr_fsize,
-                         "randread_runtime_s": fb.rr_runtime, "sweep_bytes": fb.sweep_bytes}
+                         "randread_runtime_s": fb.rr_runtime, "randread_cold_ios_per_job": fb.rr_cold_ios, "sweep_bytes": fb.sweep_bytes}
     fb.run()
