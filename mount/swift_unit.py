@@ -18,6 +18,9 @@ with TMPDIR inside the filesystem under test:
 * ``xfs``: the baseline, a loop-mounted XFS image (``<run>/xfs.img``), removed afterwards;
 * ``dir``: a plain directory on whatever ``<run>`` is on.
 
+The sdist is unpacked in ``<run>/cache``; nothing is written into it (no
+pytest cache), the tests' own files all go to TMPDIR.
+
 Prints and (with --json) writes the pytest outcome counts and the failing
 test ids. Every mount it makes is unmounted, also on failure.
 """
@@ -43,11 +46,33 @@ SWIFT_SPEC = "swift==2.38.*"
 TEST_FILES = ["test/unit/obj/test_diskfile.py", "test/unit/common/test_utils.py",
               "test/unit/common/utils/test_libc.py"]
 XFS_BASELINE = {"passed": 935, "skipped": 9, "total": 944}
+# Skips that XFS has too (not filesystem-related): splice zero-copy, pkg_resources.
+XFS_SKIP_REASONS = ("zero-copy support is missing", "pkg_resources loading")
+
+_TMPFILE = ("O_TMPFILE: pyfuse3 has no tmpfile handler and libfuse 3.14 no tmpfile low-level op "
+            "(the kernel's FUSE_TMPFILE, protocol 7.37, is answered ENOSYS), so open(O_TMPFILE) "
+            "fails EOPNOTSUPP and Swift's test skips itself; Swift then uses mkstemp+rename")
+_FALLOCATE = ("fallocate(FALLOC_FL_PUNCH_HOLE|FALLOC_FL_KEEP_SIZE): pyfuse3 has no fallocate "
+              "handler, so libfuse answers FUSE_FALLOCATE with ENOSYS and the kernel returns "
+              "EOPNOTSUPP; the test calls utils.punch_hole directly and has no skip for it")
+# Tests that pass on XFS and cannot pass on packfs's FUSE stack (pyfuse3 3.5 on libfuse 3.14),
+# whatever packfs does. docs/swift-unit-tests.md explains each one.
+FUSE_LIMITED = {
+    "test.unit.common.test_utils.TestPunchHoleReally::test_punch_a_hole": _FALLOCATE,
+    **{f"test.unit.common.test_utils.TestUtils::{n}": _TMPFILE for n in (
+        "test_link_fd_to_path_linkat_success", "test_link_fd_to_path_target_exists",
+        "test_linkat_race_dir_not_exists")},
+    **{f"test.unit.obj.test_diskfile.{cls}::{n}": _TMPFILE
+       for cls in ("TestDiskFile", "TestECDiskFile") for n in (
+           "test_create_use_linkat_renamer_not_called", "test_get_tempfile_fallback_to_mkstemp",
+           "test_get_tempfile_use_linkat_os_open_called",
+           "test_get_tmpfile_os_open_other_exceptions_are_raised")},
+}
+REQUIRED_PASSED = XFS_BASELINE["passed"] - len(FUSE_LIMITED)
 
 
-def sdist(run_dir: Path, python: str) -> Path:
-    """The unpacked sdist tree (downloaded once into <run>/cache)."""
-    cache = run_dir / "cache"
+def sdist(cache: Path, python: str) -> Path:
+    """The unpacked sdist tree (downloaded and unpacked once, in ``cache``)."""
     cache.mkdir(parents=True, exist_ok=True)
     tars = sorted(glob.glob(str(cache / "swift-2.38.*.tar.gz")))
     if not tars:
@@ -55,10 +80,10 @@ def sdist(run_dir: Path, python: str) -> Path:
                         SWIFT_SPEC, "-d", str(cache)], check=True)
         tars = sorted(glob.glob(str(cache / "swift-2.38.*.tar.gz")))
     tar = Path(tars[-1])
-    src = run_dir / tar.name[: -len(".tar.gz")]
+    src = cache / tar.name[: -len(".tar.gz")]
     if not (src / "test" / "unit").is_dir():
         with tarfile.open(tar) as t:
-            t.extractall(run_dir, filter="data")
+            t.extractall(cache, filter="data")
     return src
 
 
@@ -105,28 +130,46 @@ def plain_dir(run_dir: Path):
 def parse_junit(path: Path) -> dict:
     counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
     failed: list[str] = []
+    not_passed: dict[str, str] = {}   # test id -> outcome: message
     for case in ET.parse(path).getroot().iter("testcase"):
         tid = f"{case.get('classname')}::{case.get('name')}"
-        kinds = {child.tag for child in case}
-        if "failure" in kinds:
-            counts["failed"] += 1
-            failed.append(tid)
-        elif "error" in kinds:
-            counts["errors"] += 1
-            failed.append(tid)
-        elif "skipped" in kinds:
-            counts["skipped"] += 1
+        kinds = {child.tag: child for child in case}
+        for kind, key in (("failure", "failed"), ("error", "errors"), ("skipped", "skipped")):
+            if kind in kinds:
+                counts[key] += 1
+                not_passed[tid] = f"{key}: {kinds[kind].get('message', '')[:300]}"
+                if key != "skipped":
+                    failed.append(tid)
+                break
         else:
             counts["passed"] += 1
     counts["total"] = sum(counts.values())
-    return {**counts, "failed_ids": failed}
+    return {**counts, "failed_ids": failed, "not_passed": not_passed}
+
+
+def unexpected(result: dict) -> dict[str, str]:
+    """Tests that did not pass and are neither FUSE-limited nor skipped on XFS too."""
+    return {tid: why for tid, why in result["not_passed"].items()
+            if tid not in FUSE_LIMITED
+            and not (why.startswith("skipped") and any(r in why for r in XFS_SKIP_REASONS))}
+
+
+def check(result: dict) -> list[str]:
+    """What is wrong with a packfs result, compared with XFS (empty: as good as XFS allows)."""
+    problems = [f"{tid}: {why}" for tid, why in unexpected(result).items()]
+    if result["passed"] < REQUIRED_PASSED:
+        problems.append(f"{result['passed']} passed < {REQUIRED_PASSED} (XFS {XFS_BASELINE['passed']} "
+                        f"less {len(FUSE_LIMITED)} FUSE-limited tests)")
+    return problems
 
 
 def run(fs: str, run_dir: Path, python: str = sys.executable, options: str = "",
-        extra: list[str] | None = None, timeout: float = 1800) -> dict:
+        extra: list[str] | None = None, timeout: float = 1800, cache: Path | None = None) -> dict:
+    """Run the unit tests with TMPDIR on ``fs``; the sdist is cached in ``cache``
+    (default ``<run_dir>/cache``)."""
     run_dir = run_dir.absolute()
     run_dir.mkdir(parents=True, exist_ok=True)
-    src = sdist(run_dir, python)
+    src = sdist((cache or run_dir / "cache").absolute(), python)
     ensure_requirements(python)
     where = {"packfs": lambda: packfs_mount(run_dir, options), "xfs": lambda: xfs_mount(run_dir),
              "dir": lambda: plain_dir(run_dir)}[fs]
@@ -140,7 +183,7 @@ def run(fs: str, run_dir: Path, python: str = sys.executable, options: str = "",
         # -p no:cacheprovider: nothing written into the sdist tree; override the
         # project's own pytest options (timeout, testpaths) with the sdist's rootdir.
         r = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                            "--rootdir", str(src), f"--junitxml={junit}", "-rfE", *TEST_FILES, *(extra or [])],
+                            "--rootdir", str(src), f"--junitxml={junit}", "-rfEs", *TEST_FILES, *(extra or [])],
                            cwd=src, env=env, capture_output=True, text=True, timeout=timeout)
         elapsed = time.monotonic() - t0
     (run_dir / f"pytest-{fs}.log").write_text(r.stdout + r.stderr)
@@ -158,7 +201,9 @@ def main() -> int:
     ap.add_argument("--run-dir", default=str(REPO / "run" / "swift-unit"))
     ap.add_argument("--options", default=os.environ.get("PACKFS_OPTIONS", ""), help="packfs -o options")
     ap.add_argument("--json", default=None, help="write the result here")
-    ap.add_argument("--check", action="store_true", help=f"exit 1 unless passed >= {XFS_BASELINE['passed']}")
+    ap.add_argument("--check", action="store_true",
+                    help=f"exit 1 unless every test that passes on XFS passes here, except the "
+                         f"{len(FUSE_LIMITED)} FUSE-limited ones (docs/swift-unit-tests.md)")
     ap.add_argument("pytest_args", nargs="*")
     args = ap.parse_args()
     result = run(args.fs, Path(args.run_dir), options=args.options, extra=args.pytest_args)
@@ -169,10 +214,17 @@ def main() -> int:
           f"in {result['seconds']}s (XFS baseline: {XFS_BASELINE['passed']} passed + "
           f"{XFS_BASELINE['skipped']} skipped of {XFS_BASELINE['total']})")
     for tid in result["failed_ids"]:
-        print("  FAILED", tid)
+        print("  FAILED", tid, "(FUSE-limited)" if tid in FUSE_LIMITED else "")
+    limited = [t for t in FUSE_LIMITED if t in result["not_passed"]]
+    print(f"  {len(limited)} of the {len(FUSE_LIMITED)} FUSE-limited tests did not pass "
+          f"(see docs/swift-unit-tests.md)")
     print(f"  full log: {result['log']}")
-    if args.check and result["passed"] < XFS_BASELINE["passed"]:
-        return 1
+    if args.check and args.fs == "packfs":
+        problems = check(result)
+        for p in problems:
+            print("  UNEXPECTED", p)
+        print("check:", "FAILED" if problems else f"OK (>= {REQUIRED_PASSED} passed, nothing else differs from XFS)")
+        return 1 if problems else 0
     return 0
 
 
