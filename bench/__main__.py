@@ -10,7 +10,7 @@ the JSON files already in the output directory.  Environment (used by mk/bench.m
   BENCH_FS=a,b            filesystems (default packfs,xfs,ext4)
   BENCH_PACKFS_OPTS=...   -o options for `packfs mount`
   BENCH_PACKFS_BACKING=xfs|ext4   filesystem of packfs's PACKDIR image (default xfs)
-  BENCH_OBJECTS=N         objects for the scale part (default 1,000,000; 50,000 with QUICK)
+  BENCH_OBJECTS=N         objects for the scale part (default 1,000,000; 20,000 with QUICK)
 """
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
                     mod.main(tb, res, a.quick, reps, a.work)
             elif part == "scale":
                 from . import scale as mod
-                n = a.objects or (50_000 if a.quick else 1_000_000)
+                n = a.objects or (20_000 if a.quick else 1_000_000)
                 size = 8 if n <= 100_000 else max(16, n * 24 // 1_000_000)
                 with _testbed(a, fs_names, size_gib=size, ext4_inodes=max(1 << 20, n * 4)) as tb:
                     mod.main(tb, res, a.quick, reps, a.work, n)

@@ -112,6 +112,8 @@ def _fmt(v, unit: str = "") -> str:
         return "—"
     if isinstance(v, str):
         return v
+    if v == 0:
+        return "0"
     a = abs(v)
     if a >= 1000:
         return f"{v:,.0f}"
