@@ -1,0 +1,131 @@
+"""The SQLite catalog: a checkpoint of a namespace loads back equal, incrementally too."""
+from __future__ import annotations
+
+import stat
+
+import pytest
+
+from packfs.catalog import Catalog, CatalogError, pack_extents, pack_xattrs, unpack_extents, unpack_xattrs
+from packfs.journal import snapshot
+from packfs.namespace import ROOT, Namespace
+from packfs.recovery import load_namespace
+
+REG = stat.S_IFREG | 0o640
+DIR = stat.S_IFDIR | 0o750
+
+
+def dump(ns: Namespace) -> tuple:
+    """Everything the catalog must preserve, in a comparable form."""
+    inodes = {}
+    for node in ns:
+        row = list(node.row())
+        row[11] = dict(sorted(row[11].items())) if row[11] else None
+        row[12] = [tuple(e) for e in row[12]] if row[12] is not None else None
+        inodes[node.ino] = tuple(row)
+    entries = {node.ino: dict(sorted(node.entries.items())) for node in ns if node.entries is not None}
+    return inodes, entries, dict(ns.refs)
+
+
+def build() -> Namespace:
+    ns = Namespace.fresh(0, 0)
+    d = ns.create(ROOT, b"objects", DIR, 10, 20)
+    sub = ns.create(d.ino, b"sub", DIR, 10, 20)
+    f = ns.create(sub.ino, b"1.data", REG, 30, 40)
+    ns.map_extent(f, (0, 1 << 20, 1, 0, 0, 1 << 20))
+    ns.map_extent(f, (1 << 20, 123, 1, (1 << 20) + 4096, 0, 123))
+    ns.map_extent(f, (4096, 100, 2, 8192, 0, 100))  # splits the first record: shared refs
+    f.size = (1 << 20) + 123
+    f.atime, f.mtime, f.ctime = 1, 1_600_000_000_123_456_789, 3
+    ns.setxattr(f.ino, b"user.swift.metadata", bytes(range(256)) * 256)
+    ns.setxattr(f.ino, b"user.swift.metadata1", b"")
+    ns.link(f.ino, ROOT, b"hardlink")
+    ns.create(ROOT, b"symlink", stat.S_IFLNK | 0o777, 0, 0, target=b"objects/sub/1.data")
+    ns.create(ROOT, b"fifo", stat.S_IFIFO | 0o600, 0, 0)
+    ns.create(ROOT, b"\xff\xfe binary name", REG, 0, 0)
+    ns.setxattr(d.ino, b"user.dir", b"v")
+    return ns
+
+
+def checkpoint(cat: Catalog, ns: Namespace, **settings) -> None:
+    ns.take_journal_changes()
+    rows, removed, dirents, refs = snapshot(ns, ns.take_catalog_changes())
+    cat.checkpoint(rows, removed, dirents, refs, {"next_ino": ns.next_ino, **settings})
+
+
+@pytest.fixture
+def cat(tmp_path):
+    c = Catalog(str(tmp_path / "catalog.sqlite"), create=True)
+    c.initialise(0xABCDEF)
+    yield c
+    c.close()
+
+
+def test_round_trip(tmp_path, cat):
+    ns = build()
+    checkpoint(cat, ns, volume=1, offset=8192, seq=17)
+    cat.close()
+    reopened = Catalog(str(tmp_path / "catalog.sqlite"))
+    try:
+        loaded = load_namespace(reopened)
+        assert dump(loaded) == dump(ns)
+        assert loaded.next_ino == ns.next_ino
+        assert loaded.refs == {(1, 0, 1 << 20): 2}
+        assert (reopened.settings["volume"], reopened.settings["offset"], reopened.settings["seq"]) == (1, 8192, 17)
+        assert reopened.settings["pack_id"] == 0xABCDEF
+        assert reopened.counts() == (len(ns), sum(len(n.entries) for n in ns if n.entries is not None))
+    finally:
+        reopened.close()
+
+
+def test_incremental_checkpoints(tmp_path, cat):
+    ns = build()
+    checkpoint(cat, ns)
+    # Unlink, rename, rmdir, release, xattr removal, truncation: only the changes go in.
+    obj = ns.lookup(ROOT, b"objects")
+    sub = ns.lookup(obj.ino, b"sub")
+    f = ns.lookup(sub.ino, b"1.data")
+    ns.unlink(ROOT, b"hardlink")
+    ns.rename(sub.ino, b"1.data", ROOT, b"moved.data")
+    ns.rmdir(obj.ino, b"sub")
+    ns.release(sub)
+    ns.removexattr(f.ino, b"user.swift.metadata1")
+    ns.truncate_extents(f, 4000)
+    f.size = 4000
+    gone = ns.lookup(ROOT, b"fifo")
+    ns.unlink(ROOT, b"fifo")
+    ns.release(gone)
+    checkpoint(cat, ns)
+    loaded = load_namespace(cat)
+    assert dump(loaded) == dump(ns)
+    assert gone.ino not in loaded.inodes and sub.ino not in loaded.inodes
+    assert loaded.refs == {}
+
+
+def test_empty_checkpoint_changes_nothing(cat):
+    ns = build()
+    checkpoint(cat, ns)
+    before = dump(load_namespace(cat))
+    checkpoint(cat, ns)
+    assert dump(load_namespace(cat)) == before
+
+
+def test_missing_or_foreign_catalog(tmp_path):
+    with pytest.raises(CatalogError):
+        Catalog(str(tmp_path / "nothing.sqlite"))
+    c = Catalog(str(tmp_path / "other.sqlite"), create=True)  # never initialised: no format
+    c.close()
+    with pytest.raises(CatalogError, match="format"):
+        Catalog(str(tmp_path / "other.sqlite"))
+    (tmp_path / "junk.sqlite").write_bytes(b"this is not a database" * 100)
+    with pytest.raises(CatalogError):
+        Catalog(str(tmp_path / "junk.sqlite"))
+
+
+def test_blob_codecs():
+    exts = [(0, 10, 1, 0, 0, 10), (1 << 40, 1 << 31, 1 << 31, 1 << 50, 5, (1 << 32) - 1)]
+    assert unpack_extents(pack_extents(exts)) == exts
+    assert unpack_extents(pack_extents([])) == []
+    assert pack_extents(None) is None and unpack_extents(None) is None
+    x = {b"user.a": b"", b"user.b" * 40: b"\x00" * 65536}
+    assert unpack_xattrs(pack_xattrs(x)) == x
+    assert pack_xattrs({}) is None and unpack_xattrs(None) is None

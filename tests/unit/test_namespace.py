@@ -1,0 +1,259 @@
+"""The in-memory inode table: semantics, errnos and change tracking, without FUSE."""
+from __future__ import annotations
+
+import errno
+import stat
+
+import pytest
+
+from packfs.errors import FsError
+from packfs.namespace import RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT, Namespace
+
+REG = stat.S_IFREG | 0o644
+DIR = stat.S_IFDIR | 0o755
+LNK = stat.S_IFLNK | 0o777
+
+
+@pytest.fixture
+def ns() -> Namespace:
+    n = Namespace.fresh()
+    n.take_journal_changes()
+    n.take_catalog_changes()
+    return n
+
+
+def err(fn, *args) -> int:
+    with pytest.raises(FsError) as e:
+        fn(*args)
+    return e.value.errno
+
+
+def test_fresh_root(ns):
+    root = ns.get(ROOT)
+    assert root.is_dir and root.nlink == 2 and root.parent == ROOT
+    assert ns.lookup(ROOT, b".") is root and ns.lookup(ROOT, b"..") is root
+    assert ns.listdir(ROOT) == []
+
+
+def test_create_lookup_and_eexist(ns):
+    f = ns.create(ROOT, b"f", REG, 10, 20)
+    assert (f.uid, f.gid, f.mode, f.nlink, f.size) == (10, 20, REG, 1, 0)
+    assert ns.lookup(ROOT, b"f") is f
+    assert ns.lookup(ROOT, b"missing") is None
+    assert err(ns.create, ROOT, b"f", REG, 0, 0) == errno.EEXIST
+    assert err(ns.create, ROOT, b"f", DIR, 0, 0) == errno.EEXIST
+    assert err(ns.create, ROOT, b"n" * 256, REG, 0, 0) == errno.ENAMETOOLONG
+    ns.create(ROOT, b"n" * 255, REG, 0, 0)
+    assert err(ns.create, f.ino, b"x", REG, 0, 0) == errno.ENOTDIR
+    assert err(ns.create, 9999, b"x", REG, 0, 0) == errno.ENOENT
+    assert err(ns.create, ROOT, b".", REG, 0, 0) == errno.EEXIST
+    assert err(ns.create, ROOT, b"..", DIR, 0, 0) == errno.EEXIST
+
+
+def test_inode_numbers_unique(ns):
+    inos = {ns.create(ROOT, b"f%d" % i, REG, 0, 0).ino for i in range(100)}
+    assert len(inos) == 100 and ROOT not in inos
+
+
+def test_mkdir_nlink_and_rmdir(ns):
+    d = ns.create(ROOT, b"d", DIR, 0, 0)
+    assert d.nlink == 2 and ns.get(ROOT).nlink == 3 and d.parent == ROOT
+    sub = ns.create(d.ino, b"sub", DIR, 0, 0)
+    ns.create(d.ino, b"file", REG, 0, 0)
+    assert d.nlink == 3
+    assert ns.lookup(sub.ino, b"..") is d
+    assert err(ns.rmdir, ROOT, b"d") == errno.ENOTEMPTY
+    assert err(ns.rmdir, d.ino, b"file") == errno.ENOTDIR
+    assert err(ns.rmdir, ROOT, b"missing") == errno.ENOENT
+    assert err(ns.rmdir, ROOT, b".") == errno.EINVAL
+    assert err(ns.unlink, ROOT, b"d") == errno.EISDIR
+    removed = ns.rmdir(d.ino, b"sub")
+    assert removed is sub and sub.nlink == 0 and d.nlink == 2
+    ns.unlink(d.ino, b"file")
+    ns.rmdir(ROOT, b"d")
+    assert ns.get(ROOT).nlink == 2 and ns.listdir(ROOT) == []
+
+
+def test_removed_directory_refuses_new_entries(ns):
+    d = ns.create(ROOT, b"d", DIR, 0, 0)
+    ns.rmdir(ROOT, b"d")
+    assert err(ns.create, d.ino, b"x", REG, 0, 0) == errno.ENOENT
+
+
+def test_setgid_directory(ns):
+    d = ns.create(ROOT, b"d", DIR | stat.S_ISGID, 0, 500)
+    f = ns.create(d.ino, b"f", REG, 7, 7)
+    sub = ns.create(d.ino, b"sub", DIR, 7, 7)
+    assert f.gid == 500 and sub.gid == 500 and sub.mode & stat.S_ISGID
+
+
+def test_link_and_unlink(ns):
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    d = ns.create(ROOT, b"d", DIR, 0, 0)
+    ns.link(f.ino, d.ino, b"g")
+    assert f.nlink == 2 and ns.lookup(d.ino, b"g") is f
+    assert err(ns.link, d.ino, ROOT, b"dlink") == errno.EPERM
+    assert err(ns.link, f.ino, ROOT, b"d") == errno.EEXIST
+    assert ns.unlink(ROOT, b"f") is f and f.nlink == 1
+    assert ns.lookup(ROOT, b"f") is None
+    assert err(ns.unlink, ROOT, b"f") == errno.ENOENT
+    ns.unlink(d.ino, b"g")
+    assert f.nlink == 0
+    assert err(ns.link, f.ino, ROOT, b"again") == errno.ENOENT
+    assert ns.release(f) and f.ino not in ns.inodes
+
+
+def test_release_keeps_open_or_linked(ns):
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    assert not ns.release(f)  # still named
+    f.opens = 1
+    ns.unlink(ROOT, b"f")
+    assert not ns.release(f)  # still open
+    f.opens = 0
+    assert ns.release(f)
+    assert not ns.release(f)  # twice is harmless
+
+
+def test_rename_file_replaces_atomically(ns):
+    a = ns.create(ROOT, b"a", REG, 0, 0)
+    b = ns.create(ROOT, b"b", REG, 0, 0)
+    replaced = ns.rename(ROOT, b"a", ROOT, b"b")
+    assert replaced is b and b.nlink == 0
+    assert ns.lookup(ROOT, b"b") is a and ns.lookup(ROOT, b"a") is None
+
+
+def test_rename_errnos(ns):
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    d = ns.create(ROOT, b"d", DIR, 0, 0)
+    full = ns.create(ROOT, b"full", DIR, 0, 0)
+    ns.create(full.ino, b"x", REG, 0, 0)
+    sub = ns.create(d.ino, b"sub", DIR, 0, 0)
+    assert err(ns.rename, ROOT, b"d", sub.ino, b"d2") == errno.EINVAL
+    assert err(ns.rename, ROOT, b"d", d.ino, b"self") == errno.EINVAL
+    assert err(ns.rename, ROOT, b"d", ROOT, b"full") == errno.ENOTEMPTY
+    assert err(ns.rename, ROOT, b"f", ROOT, b"d") == errno.EISDIR
+    assert err(ns.rename, ROOT, b"d", ROOT, b"f") == errno.ENOTDIR
+    assert err(ns.rename, ROOT, b"missing", ROOT, b"x") == errno.ENOENT
+    assert err(ns.rename, ROOT, b"f", ROOT, b"n" * 256) == errno.ENAMETOOLONG
+    assert err(ns.rename, ROOT, b"f", f.ino, b"x") == errno.ENOTDIR
+    assert err(ns.rename, ROOT, b"f", ROOT, b"full", RENAME_NOREPLACE) == errno.EEXIST
+    assert err(ns.rename, ROOT, b"f", ROOT, b"nothing", RENAME_EXCHANGE) == errno.ENOENT
+    # Nothing moved.
+    assert sorted(n for n, _ in ns.listdir(ROOT)) == [b"d", b"f", b"full"]
+
+
+def test_rename_dir_across_parents_link_counts(ns):
+    a = ns.create(ROOT, b"a", DIR, 0, 0)
+    b = ns.create(ROOT, b"b", DIR, 0, 0)
+    m = ns.create(a.ino, b"m", DIR, 0, 0)
+    assert (a.nlink, b.nlink) == (3, 2)
+    ns.rename(a.ino, b"m", b.ino, b"m2")
+    assert (a.nlink, b.nlink) == (2, 3)
+    assert m.parent == b.ino and ns.lookup(m.ino, b"..") is b
+
+
+def test_rename_dir_over_empty_dir(ns):
+    a = ns.create(ROOT, b"a", DIR, 0, 0)
+    b = ns.create(ROOT, b"b", DIR, 0, 0)
+    assert ns.get(ROOT).nlink == 4
+    replaced = ns.rename(ROOT, b"a", ROOT, b"b")
+    assert replaced is b and b.nlink == 0
+    assert ns.get(ROOT).nlink == 3 and ns.lookup(ROOT, b"b") is a
+
+
+def test_rename_same_inode_is_noop(ns):
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    ns.link(f.ino, ROOT, b"g")
+    assert ns.rename(ROOT, b"f", ROOT, b"g") is None
+    assert ns.lookup(ROOT, b"f") is f and ns.lookup(ROOT, b"g") is f and f.nlink == 2
+
+
+def test_rename_exchange(ns):
+    p1 = ns.create(ROOT, b"p1", DIR, 0, 0)
+    p2 = ns.create(ROOT, b"p2", DIR, 0, 0)
+    d = ns.create(p1.ino, b"d", DIR, 0, 0)
+    f = ns.create(p2.ino, b"f", REG, 0, 0)
+    ns.rename(p1.ino, b"d", p2.ino, b"f", RENAME_EXCHANGE)
+    assert ns.lookup(p1.ino, b"d") is f and ns.lookup(p2.ino, b"f") is d
+    assert (p1.nlink, p2.nlink) == (2, 3)
+    assert d.parent == p2.ino
+
+
+def test_xattrs(ns):
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    assert err(ns.getxattr, f.ino, b"user.a") == errno.ENODATA
+    ns.setxattr(f.ino, b"user.a", b"1")
+    ns.setxattr(f.ino, b"user.b", b"x" * 65536)
+    assert ns.getxattr(f.ino, b"user.b") == b"x" * 65536
+    assert sorted(ns.listxattr(f.ino)) == [b"user.a", b"user.b"]
+    assert err(ns.setxattr, f.ino, b"user.c", b"x" * 65537) == errno.E2BIG
+    assert err(ns.setxattr, f.ino, b"", b"") == errno.ERANGE
+    assert err(ns.setxattr, f.ino, b"u" * 256, b"") == errno.ERANGE
+    ns.removexattr(f.ino, b"user.a")
+    assert err(ns.removexattr, f.ino, b"user.a") == errno.ENODATA
+    ns.removexattr(f.ino, b"user.b")
+    assert f.xattrs is None and ns.listxattr(f.ino) == []
+
+
+# -- change tracking -------------------------------------------------------------------------
+
+
+def test_changes_track_inodes_and_dirents(ns):
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    ch = ns.take_journal_changes()
+    assert ch.inodes == {ROOT, f.ino}
+    assert ch.dirents == {(ROOT, b"f")}
+    assert not ns.take_journal_changes()  # taken: nothing left
+    ns.setxattr(f.ino, b"user.x", b"y")
+    ch = ns.take_journal_changes()
+    assert ch.inodes == {f.ino} and not ch.dirents
+    d = ns.create(ROOT, b"d", DIR, 0, 0)
+    ns.rename(ROOT, b"f", d.ino, b"g")
+    ch = ns.take_journal_changes()
+    assert ch.inodes == {ROOT, d.ino, f.ino}
+    assert ch.dirents == {(ROOT, b"d"), (ROOT, b"f"), (d.ino, b"g")}
+
+
+def test_catalog_changes_accumulate_journal_takes(ns):
+    a = ns.create(ROOT, b"a", REG, 0, 0)
+    ns.take_journal_changes()
+    b = ns.create(ROOT, b"b", REG, 0, 0)
+    ns.take_journal_changes()
+    ch = ns.take_catalog_changes()
+    assert ch.inodes == {ROOT, a.ino, b.ino}
+    assert ch.dirents == {(ROOT, b"a"), (ROOT, b"b")}
+    assert not ns.take_catalog_changes()
+
+
+def test_release_is_tracked_as_removal(ns):
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    ns.take_journal_changes()
+    ns.unlink(ROOT, b"f")
+    ns.release(f)
+    ch = ns.take_journal_changes()
+    assert f.ino in ch.inodes and f.ino not in ns.inodes
+    assert (ROOT, b"f") in ch.dirents
+
+
+def test_extent_accounting_frees_dead_records(ns):
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    ns.map_extent(f, (0, 100, 1, 0, 0, 100))
+    ns.map_extent(f, (100, 100, 1, 4096, 0, 100))
+    ns.map_extent(f, (0, 100, 1, 8192, 0, 100))  # overwrites the first record entirely
+    assert ns.take_frees() == [(1, 0, 100)]
+    ns.map_extent(f, (140, 20, 1, 12288, 0, 20))  # splits the second record in two
+    assert ns.refs == {(1, 4096, 100): 2}
+    assert ns.take_frees() == []
+    ns.truncate_extents(f, 150)  # drops the right piece of the split record
+    assert ns.refs == {} and ns.take_frees() == []
+    ns.truncate_extents(f, 0)
+    assert sorted(ns.take_frees()) == [(1, 4096, 100), (1, 8192, 100), (1, 12288, 20)]
+
+
+def test_release_frees_all_records(ns):
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    ns.map_extent(f, (0, 10, 2, 0, 0, 10))
+    ns.map_extent(f, (10, 10, 2, 4096, 0, 10))
+    ns.unlink(ROOT, b"f")
+    ns.release(f)
+    assert sorted(ns.take_frees()) == [(2, 0, 10), (2, 4096, 10)]
