@@ -314,8 +314,19 @@ class SwiftCluster:
         if errors:
             raise ClusterError("\n".join(errors))
 
+    def use_swift_conf(self) -> None:
+        """Make Swift's modules in *this* process use the cluster's swift.conf (hash
+        prefix/suffix for ring lookups and hash_path, storage policies)."""
+        import swift.common.utils as utils
+        from swift.common import storage_policy
+        utils.SWIFT_CONF_FILE = str(self.etc / "swift.conf")
+        utils.HASH_PATH_SUFFIX = utils.HASH_PATH_PREFIX = b""
+        utils.validate_hash_conf()
+        storage_policy.reload_storage_policies()
+
     def ring(self, server: str = "object"):
         from swift.common.ring import Ring
+        self.use_swift_conf()
         return Ring(str(self.etc), ring_name=server)
 
     # ----------------------------------------------------------- processes
