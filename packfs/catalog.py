@@ -7,16 +7,12 @@ checkpoint durable when its transaction commits.
 """
 from __future__ import annotations
 
-import struct
 from typing import Iterable, Iterator
 
 import apsw
 
 from . import FORMAT_VERSION
 from .namespace import InodeRow
-
-_EXTENT = struct.Struct("<QIIQII")
-_XNAME = struct.Struct("<HI")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -34,36 +30,6 @@ CREATE TABLE IF NOT EXISTS shared_records (
 
 class CatalogError(Exception):
     """The catalog is missing, damaged or of another format."""
-
-
-def pack_extents(extents: list | None) -> bytes | None:
-    if extents is None:
-        return None
-    return b"".join(_EXTENT.pack(*e) for e in extents)
-
-
-def unpack_extents(blob: bytes | None) -> list | None:
-    if blob is None:
-        return None
-    return [tuple(e) for e in _EXTENT.iter_unpack(blob)]
-
-
-def pack_xattrs(xattrs: dict[bytes, bytes] | None) -> bytes | None:
-    if not xattrs:
-        return None
-    return b"".join(_XNAME.pack(len(k), len(v)) + k + v for k, v in xattrs.items())
-
-
-def unpack_xattrs(blob: bytes | None) -> dict[bytes, bytes] | None:
-    if not blob:
-        return None
-    out, pos = {}, 0
-    while pos < len(blob):
-        nlen, vlen = _XNAME.unpack_from(blob, pos)
-        pos += _XNAME.size
-        out[bytes(blob[pos:pos + nlen])] = bytes(blob[pos + nlen:pos + nlen + vlen])
-        pos += nlen + vlen
-    return out
 
 
 class Catalog:
@@ -94,10 +60,8 @@ class Catalog:
         self.settings.update(values)
 
     def inode_rows(self) -> Iterator[InodeRow]:
-        for (ino, mode, uid, gid, nlink, size, at, mt, ct, rdev, target, xattrs, extents, parent) in \
-                self.db.execute("SELECT * FROM inodes"):
-            yield (ino, mode, uid, gid, nlink, size, at, mt, ct, rdev, target,
-                   unpack_xattrs(xattrs), unpack_extents(extents), parent)
+        return self.db.execute("SELECT ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, "
+                               "target, xattrs, extents, parent FROM inodes")
 
     def dirents(self) -> Iterator[tuple[int, bytes, int]]:
         return self.db.execute("SELECT parent, name, ino FROM dirents")
@@ -111,9 +75,7 @@ class Catalog:
         """Write one checkpoint in one transaction. May block: run it off the event loop."""
         with self.db:
             self.db.executemany(
-                "INSERT OR REPLACE INTO inodes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                ((r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10],
-                  pack_xattrs(r[11]), pack_extents(r[12]), r[13]) for r in rows))
+                "INSERT OR REPLACE INTO inodes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
             self.db.executemany("DELETE FROM inodes WHERE ino = ?", ((i,) for i in removed))
             for parent, name, ino in dirents:
                 if ino is None:

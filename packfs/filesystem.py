@@ -200,7 +200,7 @@ class Filesystem:
                 continue
             files += 1
             size += node.size
-            for e in node.extents or ():
+            for e in node.extent_list():
                 live.add((e[2], e[3], e[5]))
         v = self.volumes
         dead = self.ns.frees + self.journal.pending_metas

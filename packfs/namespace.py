@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import stat
+import struct
 import time
 from typing import Iterable, Iterator
 
@@ -20,15 +21,59 @@ XATTR_SIZE_MAX = 65536
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
 
-# A snapshot of one inode, as the journal and the catalog store it.
-InodeRow = tuple  # (ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, xattrs, extents, parent)
+# A snapshot of one inode, as the journal and the catalog store it:
+# (ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, xattrs, extents, parent)
+# with xattrs and extents in their packed forms (see pack_xattrs and pack_extents).
+InodeRow = tuple
+
+_EXTENT = struct.Struct("<QIIQII")
+_XHEAD = struct.Struct("<HI")
+PACKED_EXTENTS_MAX = 8  # longer extent lists stay Python lists: cheap to edit
+
+
+def pack_extents(extents: list | None) -> bytes | None:
+    if extents is None:
+        return None
+    return b"".join([_EXTENT.pack(*e) for e in extents])
+
+
+def unpack_extents(blob: bytes | None) -> list | None:
+    return None if blob is None else list(_EXTENT.iter_unpack(blob))
+
+
+def pack_xattrs(xattrs: dict[bytes, bytes] | None) -> bytes | None:
+    if not xattrs:
+        return None
+    return b"".join([_XHEAD.pack(len(k), len(v)) + k + v for k, v in xattrs.items()])
+
+
+def _iter_xattrs(blob: bytes) -> Iterator[tuple[bytes, int, int]]:
+    """(name, value start, value end) for each xattr in a packed blob."""
+    pos = 0
+    while pos < len(blob):
+        nlen, vlen = _XHEAD.unpack_from(blob, pos)
+        pos += _XHEAD.size
+        yield blob[pos:pos + nlen], pos + nlen, pos + nlen + vlen
+        pos += nlen + vlen
+
+
+def unpack_xattrs(blob: bytes | None) -> dict[bytes, bytes] | None:
+    if not blob:
+        return None
+    return {name: blob[a:b] for name, a, b in _iter_xattrs(blob)}
 
 
 class Inode:
-    """One file, directory, symlink or special file. Slots keep it small in RAM."""
+    """One file, directory, symlink or special file, kept small in RAM.
+
+    Xattrs and extents rest in their packed forms (bytes) and are unpacked only to be
+    edited: most inodes are written once and then only read or listed. The `xattrs`
+    and `extents` properties unpack in place so callers may edit what they get; the
+    namespace packs them again after each edit.
+    """
 
     __slots__ = ("ino", "mode", "uid", "gid", "nlink", "size", "atime", "mtime", "ctime", "rdev",
-                 "target", "xattrs", "extents", "entries", "parent", "opens", "wbuf")
+                 "target", "_xattrs", "_extents", "entries", "parent", "opens", "wbuf")
 
     def __init__(self, ino: int, mode: int, uid: int, gid: int, now: int) -> None:
         self.ino = ino
@@ -40,8 +85,8 @@ class Inode:
         self.atime = self.mtime = self.ctime = now
         self.rdev = 0
         self.target: bytes | None = None
-        self.xattrs: dict[bytes, bytes] | None = None
-        self.extents: list[ext.Extent] | None = [] if stat.S_ISREG(mode) else None
+        self._xattrs: bytes | dict[bytes, bytes] | None = None
+        self._extents: bytes | list[ext.Extent] | None = b"" if stat.S_ISREG(mode) else None
         self.entries: dict[bytes, int] | None = {} if stat.S_ISDIR(mode) else None
         self.parent = 0
         self.opens = 0
@@ -55,19 +100,76 @@ class Inode:
     def is_reg(self) -> bool:
         return stat.S_ISREG(self.mode)
 
+    @property
+    def extents(self) -> list[ext.Extent] | None:
+        """The extent map, unpacked in place for editing."""
+        e = self._extents
+        if isinstance(e, bytes):
+            e = self._extents = unpack_extents(e)
+        return e
+
+    @extents.setter
+    def extents(self, value: list[ext.Extent] | None) -> None:
+        self._extents = value
+        self.pack()
+
+    def extent_list(self) -> list[ext.Extent]:
+        """The extent map for reading, without unpacking it in place."""
+        e = self._extents
+        if isinstance(e, bytes):
+            return list(_EXTENT.iter_unpack(e))
+        return e or []
+
+    @property
+    def xattrs(self) -> dict[bytes, bytes] | None:
+        """The xattrs, unpacked in place for editing."""
+        x = self._xattrs
+        if isinstance(x, bytes):
+            x = self._xattrs = unpack_xattrs(x)
+        return x
+
+    @xattrs.setter
+    def xattrs(self, value: dict[bytes, bytes] | None) -> None:
+        self._xattrs = value or None
+        self.pack()
+
+    def getxattr(self, name: bytes) -> bytes | None:
+        x = self._xattrs
+        if isinstance(x, bytes):
+            for n, a, b in _iter_xattrs(x):
+                if n == name:
+                    return x[a:b]
+            return None
+        return x.get(name) if x else None
+
+    def xattr_names(self) -> list[bytes]:
+        x = self._xattrs
+        if isinstance(x, bytes):
+            return [n for n, _, _ in _iter_xattrs(x)]
+        return list(x or ())
+
+    def pack(self) -> None:
+        """Return edited xattrs and short extent maps to their packed forms."""
+        if isinstance(self._xattrs, dict):
+            self._xattrs = pack_xattrs(self._xattrs)
+        e = self._extents
+        if isinstance(e, list) and len(e) <= PACKED_EXTENTS_MAX:
+            self._extents = pack_extents(e)
+
     def row(self) -> InodeRow:
+        x, e = self._xattrs, self._extents
         return (self.ino, self.mode, self.uid, self.gid, self.nlink, self.size, self.atime, self.mtime,
-                self.ctime, self.rdev, self.target, dict(self.xattrs) if self.xattrs else None,
-                list(self.extents) if self.extents is not None else None, self.parent)
+                self.ctime, self.rdev, self.target, x if not isinstance(x, dict) else pack_xattrs(x),
+                e if not isinstance(e, list) else pack_extents(e), self.parent)
 
     @classmethod
     def from_row(cls, row: InodeRow) -> "Inode":
-        (ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, xattrs, extents, parent) = row
-        node = cls(ino, mode, uid, gid, 0)
-        node.nlink, node.size, node.atime, node.mtime, node.ctime, node.rdev = nlink, size, atime, mtime, ctime, rdev
-        node.target, node.xattrs, node.parent = target, xattrs or None, parent
-        if extents is not None:
-            node.extents = [tuple(e) for e in extents]  # type: ignore[misc]
+        node = cls.__new__(cls)
+        (node.ino, node.mode, node.uid, node.gid, node.nlink, node.size, node.atime, node.mtime,
+         node.ctime, node.rdev, node.target, node._xattrs, node._extents, node.parent) = row
+        node.entries = {} if stat.S_ISDIR(node.mode) else None
+        node.opens = 0
+        node.wbuf = None
         return node
 
 
@@ -189,13 +291,13 @@ class Namespace:
         return list(self.dir(ino).entries.items())  # type: ignore[union-attr]
 
     def getxattr(self, ino: int, name: bytes) -> bytes:
-        x = self.get(ino).xattrs
-        if not x or name not in x:
+        value = self.get(ino).getxattr(name)
+        if value is None:
             raise FsError(errno.ENODATA)
-        return x[name]
+        return value
 
     def listxattr(self, ino: int) -> list[bytes]:
-        return list(self.get(ino).xattrs or ())
+        return self.get(ino).xattr_names()
 
     def __len__(self) -> int:
         return len(self.inodes)
@@ -398,19 +500,19 @@ class Namespace:
         if len(value) > XATTR_SIZE_MAX:
             raise FsError(errno.E2BIG)
         node = self.get(ino)
-        if node.xattrs is None:
-            node.xattrs = {}
-        node.xattrs[name] = bytes(value)
+        x = node.xattrs or {}
+        x[name] = bytes(value)
+        node.xattrs = x
         node.ctime = time.time_ns()
         self._touch(node)
 
     def removexattr(self, ino: int, name: bytes) -> None:
         node = self.get(ino)
-        if not node.xattrs or name not in node.xattrs:
+        x = node.xattrs
+        if not x or name not in x:
             raise FsError(errno.ENODATA)
-        del node.xattrs[name]
-        if not node.xattrs:
-            node.xattrs = None
+        del x[name]
+        node.xattrs = x
         node.ctime = time.time_ns()
         self._touch(node)
 
@@ -418,14 +520,18 @@ class Namespace:
 
     def map_extent(self, node: Inode, e: ext.Extent) -> None:
         """Point [e.offset, +e.length) of a file at a freshly written record."""
-        assert node.extents is not None
-        _, dropped, split = ext.insert(node.extents, e)
+        extents = node.extents
+        assert extents is not None
+        _, dropped, split = ext.insert(extents, e)
+        node.extents = extents
         self._account(dropped, split)
         self._touch(node)
 
     def truncate_extents(self, node: Inode, size: int) -> None:
-        if node.extents:
-            _, dropped, split = ext.punch(node.extents, size, ext.INFINITY)
+        extents = node.extents
+        if extents:
+            _, dropped, split = ext.punch(extents, size, ext.INFINITY)
+            node.extents = extents
             self._account(dropped, split)
         self._touch(node)
 
@@ -433,8 +539,9 @@ class Namespace:
         """Forget an inode that has neither names nor open handles; True if it went."""
         if node.nlink > 0 or node.opens > 0 or node.ino not in self.inodes:
             return False
-        if node.extents:
-            self._account([ext.key(e) for e in node.extents], [])
+        dead = node.extent_list()
+        if dead:
+            self._account([ext.key(e) for e in dead], [])
             node.extents = []
         del self.inodes[node.ino]
         self._touch(node)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from . import journal, records
 from .catalog import Catalog
 from .disk import Disk
-from .namespace import Namespace
+from .namespace import Inode, Namespace
 from .volumes import Volumes
 
 log = logging.getLogger(__name__)
@@ -42,10 +42,11 @@ class Recovery:
 
 def load_namespace(catalog: Catalog) -> Namespace:
     ns = Namespace()
+    inodes, from_row = ns.inodes, Inode.from_row
     for row in catalog.inode_rows():
-        ns.load_inode(row)
+        inodes[row[0]] = from_row(row)
     for parent, name, ino in catalog.dirents():
-        ns.inodes[parent].entries[name] = ino  # type: ignore[index]
+        inodes[parent].entries[name] = ino  # type: ignore[index]
     for vol, off, length, count in catalog.shared_records():
         ns.refs[(vol, off, length)] = count
     ns.next_ino = max(ns.next_ino, catalog.settings["next_ino"])

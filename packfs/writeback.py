@@ -130,7 +130,8 @@ class WriteBehind:
             end = min(offset + size, node.size)
             if offset >= end:
                 return b""
-            plan = list(ext.pieces(node.extents or [], offset, end))
+            extents = node.extent_list()
+            plan = list(ext.pieces(extents, offset, end))
             out = bytearray(end - offset)
             for pos, length, e in plan:
                 if e is None:
@@ -138,7 +139,7 @@ class WriteBehind:
                 payload = await self.volumes.read(e[2], e[3], e[5], node.ino)
                 start = e[4] + (pos - e[0])
                 out[pos - offset:pos - offset + length] = payload[start:start + length]
-            if plan == list(ext.pieces(node.extents or [], offset, min(offset + size, node.size))):
+            if plan == list(ext.pieces(node.extent_list(), offset, min(offset + size, node.size))):
                 break  # no flush or truncate raced with the reads above
         buf = node.wbuf
         if buf is not None:

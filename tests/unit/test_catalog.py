@@ -5,9 +5,9 @@ import stat
 
 import pytest
 
-from packfs.catalog import Catalog, CatalogError, pack_extents, pack_xattrs, unpack_extents, unpack_xattrs
+from packfs.catalog import Catalog, CatalogError
 from packfs.journal import snapshot
-from packfs.namespace import ROOT, Namespace
+from packfs.namespace import ROOT, Namespace, pack_extents, pack_xattrs, unpack_extents, unpack_xattrs
 from packfs.recovery import load_namespace
 
 REG = stat.S_IFREG | 0o640
@@ -19,8 +19,8 @@ def dump(ns: Namespace) -> tuple:
     inodes = {}
     for node in ns:
         row = list(node.row())
-        row[11] = dict(sorted(row[11].items())) if row[11] else None
-        row[12] = [tuple(e) for e in row[12]] if row[12] is not None else None
+        row[11] = dict(sorted(unpack_xattrs(row[11]).items())) if row[11] else None
+        row[12] = unpack_extents(row[12]) if row[12] is not None else None
         inodes[node.ino] = tuple(row)
     entries = {node.ino: dict(sorted(node.entries.items())) for node in ns if node.entries is not None}
     return inodes, entries, dict(ns.refs)
