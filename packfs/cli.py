@@ -32,7 +32,7 @@ def mounts() -> dict[str, tuple[str, str]]:
 
 def _check_mountpoint(mountpoint: str) -> None:
     entry = mounts().get(mountpoint)
-    if entry is not None and entry[1] == "fuse.packfs" and _dead(mountpoint):
+    if entry is not None and entry[1] == "fuse.packfs" and _dead(mountpoint, entry[0]):
         # A packfs whose daemon died (kill -9, OOM): clear it so this mount can proceed.
         print(f"packfs: clearing the dead mount at {mountpoint}", file=sys.stderr)
         subprocess.run(["fusermount3", "-u", "-z", mountpoint], capture_output=True)
@@ -44,12 +44,24 @@ def _check_mountpoint(mountpoint: str) -> None:
         die(f"mount point {mountpoint} is not empty")
 
 
-def _dead(mountpoint: str) -> bool:
-    try:
-        os.stat(mountpoint)
-    except OSError as e:
-        return e.errno == errno.ENOTCONN
-    return False
+def _dead(mountpoint: str, packdir: str, wait: float = 5.0) -> bool:
+    """True if the packfs at mountpoint has no daemon any more (its pack lock is free)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            os.stat(mountpoint)
+        except OSError as e:
+            if e.errno == errno.ENOTCONN:
+                return True
+        try:
+            fd = pack.lock(packdir)
+        except (pack.PackError, OSError):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)  # a daemon that is still exiting holds the lock for a moment
+            continue
+        os.close(fd)
+        return True
 
 
 def _prepare_packdir(packdir: str) -> None:
