@@ -134,3 +134,101 @@ def test_kill9_while_writers_fsync(tmp_path, packdir):
         (mnt / "after").write_bytes(b"alive")
     with mounted(packdir, mnt):
         assert read_file(mnt / "after") == b"alive"
+
+
+def version(key: str, v: int) -> bytes:
+    rnd = random.Random(f"{key}:{v}")
+    return (b"v%d:" % v) + rnd.randbytes(rnd.choice([10, 5000, 70 * KiB, 300 * KiB]))
+
+
+class Committers:
+    """Threads doing Swift's commit: write a temp file, fsync, rename over the object, fsync
+    the directory; and deleting older objects with unlink + fsync of the directory."""
+
+    def __init__(self, root_fd: int, tag: str, n: int = 6) -> None:
+        self.root_fd = root_fd
+        self.tag = tag
+        self.acked: dict[str, int] = {}      # object -> last version whose commit returned
+        self.attempted: dict[str, int] = {}  # object -> last version whose rename was issued
+        self.deleted: set[str] = set()       # names whose unlink + fsync(dir) returned
+        self.unexpected: list[BaseException] = []
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(n)]
+
+    def __enter__(self) -> "Committers":
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in self.threads)
+
+    def run(self, i: int) -> None:
+        dname = f"{self.tag}-c{i}"
+        key = f"{dname}/obj.data"
+        dfd = -1
+        try:
+            os.mkdir(dname, dir_fd=self.root_fd)
+            dfd = os.open(dname, os.O_RDONLY | os.O_DIRECTORY, dir_fd=self.root_fd)
+            os.fsync(self.root_fd)
+            v = 0
+            while not self.stop.is_set():
+                v += 1
+                tmp = f".tmp{v}"
+                fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644, dir_fd=dfd)
+                try:
+                    os.write(fd, version(key, v))
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                self.attempted[key] = v
+                os.rename(tmp, "obj.data", src_dir_fd=dfd, dst_dir_fd=dfd)
+                os.fsync(dfd)
+                self.acked[key] = v
+                # A short-lived file, removed durably.
+                junk = f"junk{v}"
+                fd = os.open(junk, os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=dfd)
+                os.write(fd, b"junk")
+                os.fsync(fd)
+                os.close(fd)
+                os.unlink(junk, dir_fd=dfd)
+                os.fsync(dfd)
+                self.deleted.add(f"{dname}/{junk}")
+        except OSError as e:
+            if e.errno not in (errno.ENOTCONN, errno.ECONNABORTED):
+                self.unexpected.append(e)
+        finally:
+            if dfd >= 0:
+                os.close(dfd)
+
+
+def test_kill9_during_rename_commits(tmp_path, packdir):
+    """After a crash, a renamed-over object is the old or the new version, never neither or a
+    mixture; renames and unlinks made durable by fsync(dir) are kept."""
+    mnt = tmp_path / "mnt"
+    for rnd_round in range(2):
+        with mounted(packdir, mnt):
+            root_fd = os.open(mnt, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                with Committers(root_fd, f"r{rnd_round}") as c:
+                    deadline = time.monotonic() + 30
+                    while sum(c.acked.values()) < 60 and time.monotonic() < deadline and not c.unexpected:
+                        time.sleep(0.05)
+                    time.sleep(random.Random(rnd_round).uniform(0.05, 0.5))
+                    kill9(packdir, mnt)
+            finally:
+                os.close(root_fd)
+            assert not c.unexpected, c.unexpected[:3]
+            assert sum(c.acked.values()) >= 60
+        assert os.listdir(mnt) == []
+        with mounted(packdir, mnt):
+            for key, acked in c.acked.items():
+                data = read_file(mnt / key)
+                v = int(data.split(b":", 1)[0][1:])
+                assert acked <= v <= c.attempted[key], f"{key}: version {v}, acknowledged {acked}"
+                assert data == version(key, v), f"{key}: version {v} is damaged"
+            for name in c.deleted:
+                assert not (mnt / name).exists(), f"{name} was unlinked durably but came back"
