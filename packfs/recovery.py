@@ -80,6 +80,14 @@ def _batch_intact(disk: Disk, fd: int, start: int, end: int, pack_id: int, size:
     return pos == end
 
 
+def _hole(disk: Disk, fd: int, pos: int, size: int) -> bool:
+    """True if the log in this volume ends cleanly at pos: its end, or a block never written."""
+    if pos + records.HEADER_SIZE > size:
+        return True
+    block = disk.pread(fd, min(records.BLOCK, size - pos), pos)
+    return block == bytes(len(block))
+
+
 def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq: int) -> Recovery:
     """Apply the intact journal after (start_vol, start_off); cut the log after it."""
     began = time.monotonic()
@@ -87,6 +95,7 @@ def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq:
     rec = Recovery()
     end_vol, end_off = start_vol, start_off
     stopped = False
+    clean = True  # the log stopped at the clean end of a volume, not at a damaged record
     for vol in [v for v in volumes.existing() if v >= start_vol]:
         fd = volumes.fd(vol)
         size = disk.size(fd)
@@ -95,9 +104,14 @@ def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq:
             try:
                 read_record(disk, fd, 0, pack_id, size, with_payload=False)
             except records.RecordError:
+                clean = False  # an empty volume: nothing may follow it
                 continue
-            raise PackDamaged(f"volume {vol} has records after a damaged end of volume {end_vol}; "
-                              "run packfs fsck")
+            if not clean:
+                raise PackDamaged(f"volume {vol} has records after a damaged end of volume {end_vol}; "
+                                  "run packfs fsck")
+            # The previous volume ended cleanly and this one starts with a record: the log
+            # rolled over, which it does only after flushing the previous volume.
+            stopped = False
         while True:
             try:
                 header, payload = read_record(disk, fd, pos, pack_id, size, with_payload=False)
@@ -111,6 +125,7 @@ def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq:
                     end_vol, end_off = vol, pos + header.footprint
             except records.RecordError:
                 stopped = True
+                clean = _hole(disk, fd, pos, size)
                 break
             seq = max(seq, header.seq + 1)
             pos += header.footprint
