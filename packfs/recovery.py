@@ -11,6 +11,7 @@ but that cut, so a crash during recovery only means running it again.
 from __future__ import annotations
 
 import logging
+import marshal
 import time
 from dataclasses import dataclass, field
 
@@ -88,6 +89,11 @@ def _hole(disk: Disk, fd: int, pos: int, size: int) -> bool:
     return block == bytes(len(block))
 
 
+def _record_keys(node: object) -> set:
+    extents = node.extent_list() if hasattr(node, "extent_list") else node.extents  # type: ignore[attr-defined]
+    return {(e[2], e[3], e[5]) for e in extents or ()}
+
+
 def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq: int) -> Recovery:
     """Apply the intact journal after (start_vol, start_off); cut the log after it."""
     began = time.monotonic()
@@ -96,6 +102,10 @@ def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq:
     end_vol, end_off = start_vol, start_off
     stopped = False
     clean = True  # the log stopped at the clean end of a volume, not at a damaged record
+    # Records that may have died since the checkpoint: the replayed DATA records, and the
+    # records of every inode a commit rewrote, as the checkpoint had them. (owner ino, key, position)
+    candidates: list[tuple[int, tuple[int, int, int], tuple[int, int]]] = []
+    seen: set[int] = set()
     for vol in [v for v in volumes.existing() if v >= start_vol]:
         fd = volumes.fd(vol)
         size = disk.size(fd)
@@ -119,10 +129,18 @@ def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq:
                     header, payload = read_record(disk, fd, pos, pack_id, size, with_payload=True)
                     if not _batch_intact(disk, fd, header.offset, pos, pack_id, size):
                         raise records.RecordError("the write batch of this commit is torn")
+                    rows, removed = marshal.loads(payload)[:2]  # type: ignore[arg-type]
+                    for ino in [r[0] for r in rows] + list(removed):
+                        old = ns.inodes.get(ino)
+                        if ino not in seen and old is not None:
+                            candidates += [(ino, k, (0, 0)) for k in _record_keys(old)]
+                        seen.add(ino)
                     journal.apply(ns, payload)  # type: ignore[arg-type]
                     rec.replayed += 1
                     rec.metas.append((vol, pos, header.length))
                     end_vol, end_off = vol, pos + header.footprint
+                else:
+                    candidates.append((header.ino, (vol, pos, header.length), (vol, pos)))
             except records.RecordError:
                 stopped = True
                 clean = _hole(disk, fd, pos, size)
@@ -142,6 +160,19 @@ def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq:
         node.opens = 0
         ns.release(node)
         rec.orphans += 1
+    # Records that died after the checkpoint were only in the lost process's list of
+    # frees: find them again, so the post-recovery checkpoint punches them.
+    freed = set(ns.frees)
+    live: dict[int, set] = {}
+    for owner, key, at in candidates:
+        if at >= (end_vol, end_off) or key in freed:
+            continue  # cut with the tail, or freed already
+        node = ns.inodes.get(owner)
+        if node is not None and owner not in live:
+            live[owner] = _record_keys(node)
+        if node is None or key not in live[owner]:
+            ns.frees.append(key)
+            freed.add(key)
     ns.catalog_changes.merge(ns.take_journal_changes())
     volumes.open_tail(end_vol, end_off, seq)
     rec.seconds = time.monotonic() - began
