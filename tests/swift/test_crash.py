@@ -1,0 +1,135 @@
+"""Crashes and restarts under stock Swift: kill -9 of a packfs daemon during PUTs; a full restart."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from swiftclient import ClientException
+
+from conftest import require_packfs
+from swifthelpers import md5, obj_path, rand_body, request, ts
+
+ACCOUNT, CONTAINER = "AUTH_crash", "c"
+
+
+def test_kill9_during_puts(cluster):
+    """PUTs stream straight to one device's object server; its packfs daemon is
+    SIGKILLed mid-stream. After a remount, every object that got a 201 reads back
+    with its ETag (Swift fsyncs file and directories before answering 201)."""
+    require_packfs()
+    dev = cluster.device("sdb2")
+    port = cluster.ports["object"]
+    ring = cluster.ring("object")
+    acked: dict[str, bytes] = {}
+    failures: list[str] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    killed = threading.Event()
+    deadline = time.monotonic() + 90
+
+    def writer(w: int) -> None:
+        i = 0
+        while not stop.is_set() and time.monotonic() < deadline and i < 2000:
+            name = f"w{w}-{i:05d}"
+            i += 1
+            size = (4096, 100, 65536 + 5, 300 * 1024)[i % 4]
+            data = rand_body(size)
+            path = obj_path(dev.name, ring.get_part(ACCOUNT, CONTAINER, name), ACCOUNT, CONTAINER, name)
+            try:
+                r = request(port, "PUT", path, {"X-Timestamp": ts(), "Content-Type": "x"}, data, timeout=30)
+            except OSError as e:
+                with lock:
+                    failures.append(f"{name}: {e!r}")
+                if killed.is_set():
+                    return
+                continue
+            with lock:
+                if r.status == 201:
+                    assert r.etag == md5(data)
+                    acked[name] = data
+                else:
+                    failures.append(f"{name}: {r.status}")
+            if killed.is_set() and r.status != 201:
+                return   # the device is gone (507 from mount_check): stop this writer
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        while len(acked) < 150 and time.monotonic() < deadline and any(t.is_alive() for t in threads):
+            time.sleep(0.01)
+        assert len(acked) >= 150, f"only {len(acked)} PUTs acknowledged before the kill; {failures[:5]}"
+        before_kill = len(acked)
+        cluster.kill9_device(dev)    # SIGKILL by PID, then clear the dead mount
+        killed.set()
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    after_kill = len(acked) - before_kill
+
+    cluster.mount_device(dev)
+    missing, wrong = [], []
+    for name, data in sorted(acked.items()):
+        path = obj_path(dev.name, ring.get_part(ACCOUNT, CONTAINER, name), ACCOUNT, CONTAINER, name)
+        r = request(port, "GET", path)
+        if r.status != 200:
+            missing.append(f"{name}: {r.status}")
+        elif r.etag != md5(data) or r.body != data:
+            wrong.append(name)
+    print(f"kill -9: {before_kill} PUTs acknowledged before the kill, {after_kill} racing it, "
+          f"{len(failures)} failed; after remount {len(acked) - len(missing) - len(wrong)} of "
+          f"{len(acked)} read back")
+    assert not missing and not wrong, (f"{len(missing)} acknowledged objects missing, "
+                                       f"{len(wrong)} wrong: {missing[:10]} {wrong[:10]}")
+    # The device takes new PUTs again.
+    r = request(port, "PUT", obj_path(dev.name, 0, ACCOUNT, CONTAINER, "after"),
+                {"X-Timestamp": ts(), "Content-Type": "x"}, b"after")
+    assert r.status == 201
+
+
+def test_full_restart(cluster):
+    """Stop Swift, unmount every device, mount again, start Swift: every object is
+    readable through the proxy and every replica on its device."""
+    conn = cluster.client()
+    account = conn.get_auth()[0].rsplit("/", 1)[1]
+    conn.put_container("restart")
+    objs = {}
+    for i, size in enumerate([0, 1, 4096, 65536, 100 * 1024, 2 * 1024 * 1024 + 1] * 5):
+        name = f"o{i:03d}"
+        objs[name] = rand_body(size)
+        conn.put_object("restart", name, objs[name], headers={"X-Object-Meta-I": str(i)})
+    deleted = sorted(objs)[::4]
+    for name in deleted:
+        conn.delete_object("restart", name)
+        del objs[name]
+    conn.post_object("restart", sorted(objs)[0], {"X-Object-Meta-I": "posted"})
+
+    cluster.stop()
+    errors = cluster.umount_all()
+    assert not errors, errors
+    if cluster.backend == "packfs":
+        from swiftcluster import mounts
+        assert not any(mounts.is_mounted(d.mountpoint) for d in cluster.devices)
+    cluster.mount_all()
+    cluster.start()
+
+    conn = cluster.client()
+    _, listing = conn.get_container("restart", full_listing=True)
+    assert sorted(o["name"] for o in listing) == sorted(objs)
+    ring = cluster.ring("object")
+    port = cluster.ports["object"]
+    for name, data in objs.items():
+        hdrs, body = conn.get_object("restart", name)
+        assert body == data, name
+        part, nodes = ring.get_nodes(account, "restart", name)
+        for node in nodes:
+            r = request(port, "GET", obj_path(node["device"], part, account, "restart", name))
+            assert r.status == 200 and r.body == data and r.etag == md5(data), (name, node["device"], r.status)
+    assert conn.head_object("restart", sorted(objs)[0])["x-object-meta-i"] == "posted"
+    for name in deleted:
+        with pytest.raises(ClientException) as e:
+            conn.get_object("restart", name)
+        assert e.value.http_status == 404
