@@ -232,3 +232,30 @@ def test_kill9_during_rename_commits(tmp_path, packdir):
                 assert data == version(key, v), f"{key}: version {v} is damaged"
             for name in c.deleted:
                 assert not (mnt / name).exists(), f"{name} was unlinked durably but came back"
+
+
+def test_kill9_keeps_fsynced_metadata(tmp_path, packdir):
+    """fsync(file) makes data, size, attributes and xattrs durable; fsync(dir) the names."""
+    from fsutil import fsync_dir, snapshot_tree
+    from test_bulk import _build_tree
+
+    mnt = tmp_path / "mnt"
+    with mounted(packdir, mnt):
+        _build_tree(mnt)
+        # Make everything durable the way an application must: fsync every file and directory.
+        for dirpath, dirnames, filenames in os.walk(mnt):
+            for name in filenames:
+                p = os.path.join(dirpath, name)
+                if os.path.isfile(p) and not os.path.islink(p):
+                    fd = os.open(p, os.O_RDONLY)
+                    os.fsync(fd)
+                    os.close(fd)
+            fsync_dir(dirpath)
+        before = snapshot_tree(mnt)
+        kill9(packdir, mnt)
+    assert os.listdir(mnt) == []
+    with mounted(packdir, mnt):
+        after = snapshot_tree(mnt)
+    assert after.keys() == before.keys()
+    for name in before:
+        assert after[name] == before[name], name
