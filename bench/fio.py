@@ -58,13 +58,13 @@ class FioBench:
         self.reps = reps
         self.tmp = tmp
         q = quick
-        self.small = {1: 1500 if q else 10000, 4: 500 if q else 3000}   # files per job
+        self.small = {1: 1000 if q else 10000, 4: 300 if q else 3000}   # files per job
         self.stream_size = "256m" if q else "1g"
-        self.rr_files = 4000 if q else 20000
+        self.rr_files = 3000 if q else 20000
         self.rr_fsize = "16k"
         self.rr_runtime = 3 if q else 10
-        self.rr_cold_ios = 500 if q else 2500   # per job, 4 jobs: ~12% of the blocks
-        self.sweep_bytes = (16 << 20) if q else (128 << 20)
+        self.rr_cold_ios = 400 if q else 2500   # per job, 4 jobs: ~12% of the blocks
+        self.sweep_bytes = (12 << 20) if q else (128 << 20)
 
     # Interleave filesystems; rotate the order each repetition.
     def _order(self, rep: int) -> list[Target]:
@@ -163,7 +163,8 @@ class FioBench:
             self.res.add(f"fio.sweep.{kib}k.mibs", t.name, mibs,
                          label=f"fio size sweep {size_label(size)}: write + fsync", unit="MiB/s", group="fio-sweep")
             self.res.add(f"fio.sweep.{kib}k.files", t.name, mibs * 2**20 / size,
-                         label=f"fio size sweep {size_label(size)}: files/s", unit="files/s", group="fio-sweep")
+                         label=f"fio size sweep {size_label(size)}: files/s", unit="files/s", group="fio-sweep",
+                         minor=True)
             log(f"  {t.name} sweep {kib} KiB: {mibs:.1f} MiB/s ({time.monotonic() - t0:.1f} s)")
             _rmtree(d)
 

@@ -56,6 +56,10 @@ def merge(parts: list[dict]) -> dict:
         out["config"][p["part"]] = p.get("config", {})
         out["started"] = out["started"] or p.get("started")
         out["host"] = out["host"] or p.get("host")
+    # rows in part order (fio, swift, scale as run), then in the order they were defined
+    for m in out["meta"].values():
+        pi = out["parts"].index(m["part"]) if m.get("part") in out["parts"] else len(out["parts"])
+        m["order"] = pi * 100000 + m.get("order", 0) % 100000
     _derive(out)
     return out
 
@@ -79,11 +83,15 @@ def _derive(d: dict) -> None:
         key = f"{prefix}.nodip"
         med[key] = row
         meta[key] = {"label": label, "unit": "worst step", "better": "higher", "group": group,
-                     "order": max((m["order"] for m in meta.values()), default=0) + 1, "absolute": True}
+                     "order": max(m["order"] for k, m in meta.items()
+                                  if k.startswith(".".join(prefix.split(".")[:2]) + ".")) + 0.5,
+                     "absolute": True}
 
     dip("fio.sweep", "mibs", "fio size sweep: worst bytes/s step ratio (next size / previous)", "fio-sweep")
-    dip("swift.sweep.put", "ops", "Swift PUT c1 size sweep: worst bytes/s step ratio", "swift-sweep")
-    dip("swift.sweep.get", "ops", "Swift GET c1 size sweep: worst bytes/s step ratio", "swift-sweep")
+    for op in ("put", "get"):
+        suffix = "mibs" if f"swift.sweep.{op}.50k.mibs" in med else "ops"
+        dip(f"swift.sweep.{op}", suffix, f"Swift {op.upper()} c1 size sweep: worst bytes/s step ratio",
+            "swift-sweep")
 
     cl, ch = med.get("swift.bigput.cl.mibs"), med.get("swift.bigput.chunked.mibs")
     if cl and ch:
@@ -248,8 +256,10 @@ def plots(d: dict, outdir: Path) -> list[Path]:
         plt.close(fig)
         made.append(p)
     # 2. size sweeps: bytes/s against size
-    series = [("fio.sweep.{}k.mibs", "fio write+fsync", 1.0), ("swift.sweep.put.{}k.ops", "Swift PUT c1", None),
-              ("swift.sweep.get.{}k.ops", "Swift GET c1", None)]
+    series = [("fio.sweep.{}k.mibs", "fio write+fsync", 1.0)]
+    for op in ("put", "get"):
+        unit = "mibs" if f"swift.sweep.{op}.50k.mibs" in med else "ops"
+        series.append((f"swift.sweep.{op}.{{}}k.{unit}", f"Swift {op.upper()} c1", None))
     present = [s for s in series if all(s[0].format(k) in med for k in SWEEP_K)]
     if present:
         fig, axes = plt.subplots(1, len(present), figsize=(5 * len(present), 3.6), squeeze=False)
@@ -258,7 +268,7 @@ def plots(d: dict, outdir: Path) -> list[Path]:
                 vals = []
                 for k in SWEEP_K:
                     v = med[pat.format(k)].get(fs)
-                    if v is not None and "ops" in pat:
+                    if v is not None and pat.endswith(".ops"):
                         v = v * (k << 10) / 2**20
                     vals.append(v)
                 if any(v is not None for v in vals):

@@ -78,11 +78,15 @@ class SwiftBench:
         finally:
             self.stop()
 
-    def _record(self, t, key, label, ph: so.Phase, group="swift") -> None:
+    def _record(self, t, key, label, ph: so.Phase, group="swift", size: int = 0) -> None:
+        """ops/s and latency rows; with size, a MiB/s row leads and the rest are detail rows."""
         s = ph.summary()
+        if size:
+            self.res.add(key + ".mibs", t.name, s["ops_s"] * size / 2**20 if ph.ops else None,
+                         label=f"{label}: MiB/s", unit="MiB/s", group=group)
         self.res.add(key + ".ops", t.name, s["ops_s"] if ph.ops else None, detail=s,
-                     label=f"{label}: ops/s", unit="ops/s", group=group)
-        for stat, show in (("p50", True), ("p99", True), ("mean", False), ("p95", False), ("max", False)):
+                     label=f"{label}: ops/s", unit="ops/s", group=group, minor=bool(size))
+        for stat, show in (("p50", not size), ("p99", not size), ("mean", False), ("p95", False), ("max", False)):
             self.res.add(f"{key}.{stat}", t.name, s.get(stat), label=f"{label}: {stat}", unit="ms",
                          better="lower", group=group, minor=not show)
         if ph.errors:
@@ -157,9 +161,11 @@ class SwiftBench:
         self.run_id += 1
         names = [f"sw{kib}-r{rep}-{self.run_id}-{i}" for i in range(5000)]
         put = so.run_phase(port, "PUT", names, size, 1, self.sweep_s)
-        self._record(t, f"swift.sweep.put.{kib}k", f"Swift PUT {kib} KiB c1 (sweep)", put, group="swift-sweep")
+        self._record(t, f"swift.sweep.put.{kib}k", f"Swift PUT {kib} KiB c1 (sweep)", put, group="swift-sweep",
+                     size=size)
         get = so.run_phase(port, "GET", names[:put.ops], size, 1, self.sweep_s, max_ops=10**9, cycle=True)
-        self._record(t, f"swift.sweep.get.{kib}k", f"Swift GET {kib} KiB c1 (sweep)", get, group="swift-sweep")
+        self._record(t, f"swift.sweep.get.{kib}k", f"Swift GET {kib} KiB c1 (sweep)", get, group="swift-sweep",
+                     size=size)
         so.run_phase(port, "DELETE", names[:put.ops], size, 4, 60)
         log(f"  {t.name} sweep {kib} KiB: PUT {put.rate * size / 2**20:.1f} MiB/s, "
             f"GET {get.rate * size / 2**20:.1f} MiB/s")
