@@ -368,10 +368,10 @@ def cross_check(ns: Namespace, scan: Scan, checkpoint: tuple[int, int], end: tup
     bad_inodes: dict[int, list[str]] = defaultdict(list)
 
     for node in ns:
-        if node.extents is None:
+        if not node.is_reg:
             continue
         top = 0
-        for e in node.extents:
+        for e in _extents(node):
             k = ext.key(e)
             refcount[k] += 1
             top = max(top, e[0] + e[1])
@@ -464,6 +464,13 @@ def cross_check(ns: Namespace, scan: Scan, checkpoint: tuple[int, int], end: tup
     if ns.next_ino <= top:
         found.append(Finding("next-ino", f"next inode number {ns.next_ino} is not above the largest, {top}"))
     return found
+
+
+def _extents(node: Inode) -> list:
+    """A file's extent map for reading (without unpacking it in place where the namespace packs it)."""
+    if hasattr(node, "extent_list"):
+        return node.extent_list()
+    return node.extents or []
 
 
 def _kind(node: Inode) -> str:
@@ -619,11 +626,14 @@ def _check(packdir: str, disk: Disk, report: Report) -> _State:
         finally:
             vols.close()
         st.ns = ns
+        tail_records = [r for k, r in scan.records.items() if k >= st.end]
+        tail_garbage = [g for g in scan.garbage if (g[0], g[1]) >= st.end]
+        st.tail = len(tail_records) + len(tail_garbage)
         if st.tail:
             report.findings.append(Finding(
-                "uncommitted-tail", f"volume {volume_name(st.end[0])} @ {st.end[1]}: {st.tail} bytes after the "
-                "last commit (left by an unclean stop; never acknowledged; the next mount cuts them)",
-                problem=False))
+                "uncommitted-tail", f"volume {volume_name(st.end[0])} @ {st.end[1]}: {len(tail_records)} record(s) "
+                f"and {len(tail_garbage)} damaged region(s) after the last commit (an unclean stop left them; "
+                "they were never acknowledged; the next mount cuts them)", problem=False))
         lost = _commits_after(scan, st.end, vols, disk)
         if lost and not st.tolerant:
             report.findings.append(Finding(
@@ -678,25 +688,23 @@ def _repair(packdir: str, disk: Disk, report: Report, first: _State, out: Callab
         if not first.tolerant:
             rec = replay(ns, vols, s["volume"], s["offset"], s["seq"])
             replayed = list(rec.metas)
-            if rec.truncated_bytes:
-                did(f"cut {rec.truncated_bytes} bytes of uncommitted tail after volume "
-                    f"{volume_name(vols.active)} @ {vols.tail}")
+            if rec.replayed:
+                did(f"replayed {rec.replayed} commit(s) after the checkpoint, as mount does")
+            if first.tail:
+                did(f"cut the uncommitted tail after volume {volume_name(vols.active)} @ {vols.tail}, as mount does")
         else:
             assert first.scan is not None
             end, replayed, seq = replay_tolerant(ns, vols, s["volume"], s["offset"], s["seq"], first.scan)
             did(f"replayed {len(replayed)} intact commit(s) past damaged records; the log now ends at "
                 f"volume {volume_name(end[0])} @ {end[1]}")
-            cut = 0
             for vol in [v for v in vols.existing() if v >= end[0]]:
                 fd = vols.fd(vol)
                 keep = end[1] if vol == end[0] else 0
-                size = disk.size(fd)
-                if size > keep:
-                    cut += size - keep
+                if disk.size(fd) > keep:
                     disk.truncate(fd, keep)
                     disk.fdatasync(fd)
-            if cut:
-                did(f"cut {cut} bytes of uncommitted tail")
+            if first.tail:
+                did(f"cut the uncommitted tail after volume {volume_name(end[0])} @ {end[1]}")
             _release_orphans(ns)
             vols.open_tail(end[0], end[1], seq)
         end = (vols.active, vols.tail)
@@ -721,15 +729,22 @@ def _repair(packdir: str, disk: Disk, report: Report, first: _State, out: Callab
         for f in findings:
             if f.kind == "corrupt-file":
                 node = ns.inodes[f.ino]
-                bad = [e for e in node.extents or [] if _extent_problem(node, e, scan)]
+                extents = list(_extents(node))
+                bad = [e for e in extents if _extent_problem(node, e, scan)]
+                for e in bad:  # damaged records die with the extents; intact ones of other files stay
+                    r = scan.records.get((e[2], e[3]))
+                    if r is not None and not r.intact:
+                        punch.append((r.volume, r.offset, r.header.footprint))
                 ranges = ", ".join(f"{e[0]}-{e[0] + e[1] - 1}" for e in bad)
                 for e in bad:
-                    ext.punch(node.extents, e[0], e[0] + e[1])  # type: ignore[arg-type]
+                    ext.punch(extents, e[0], e[0] + e[1])
                     _drop_ref(ns, ext.key(e))
+                node.extents = extents
                 old = paths.get(node.ino, [])
                 note = f"fsck: damaged bytes {ranges} are now holes; was {', '.join(old) or 'unnamed'}".encode()
-                node.xattrs = dict(node.xattrs or {})
-                node.xattrs[XATTR] = note[:65536]
+                x = dict(node.xattrs or {})
+                x[XATTR] = note[:65536]
+                node.xattrs = x
                 _move_to_lost_found(ns, node, lost_and_found())
                 moved.add(node.ino)
                 ns.touch(node)
@@ -841,7 +856,7 @@ def _fix_links(ns: Namespace, did: Callable[[str], None]) -> None:
 def _fix_refs(ns: Namespace, did: Callable[[str], None]) -> None:
     count: dict[tuple, int] = defaultdict(int)
     for node in ns:
-        for e in node.extents or ():
+        for e in _extents(node) if node.is_reg else ():
             count[ext.key(e)] += 1
     for k in set(ns.refs) | {k for k, n in count.items() if n > 1}:
         want = count.get(k, 0)
