@@ -267,7 +267,7 @@ class FaultDisk(Disk):
             return
         if kind == "fsync_dir":
             for path, st in self.files.items():
-                if os.path.dirname(path) == ev[1]:
+                if _dir(path) == ev[1]:
                     st.named = True
             return
         st = self.files[ev[1]]
@@ -358,7 +358,7 @@ class FaultDisk(Disk):
     def listdir(self, path: str) -> list[str]:
         with self.lock:
             rel = self.rel(path)
-            return sorted(os.path.basename(p) for p in self.files if os.path.dirname(p) == rel)
+            return sorted(os.path.basename(p) for p in self.files if _dir(p) == rel)
 
     def statvfs(self, path: str) -> os.statvfs_result:
         with self.lock:
@@ -482,6 +482,10 @@ class FaultDisk(Disk):
             yield i, sim
             sim._apply(ev)
         yield len(trace), sim
+
+
+def _dir(rel: str) -> str:
+    return os.path.dirname(rel) or "."
 
 
 def _tear(offset: int, data: bytes, sector: int, rng: random.Random) -> tuple:
