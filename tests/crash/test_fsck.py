@@ -1,0 +1,265 @@
+"""packfs fsck and fsck --repair on packs damaged by FaultDisk power cuts and by flipped bytes."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import apsw
+import pytest
+
+from faultdisk import FaultDisk
+from packfs import fsck, pack, records
+from packfs.disk import Disk
+from packs import KiB, read_file, run, tree, write_file
+
+WRITES = ("pwrite", "truncate", "punch", "allocate", "fdatasync", "create", "fsync_dir")
+
+
+def check(root: Path, disk=None) -> fsck.Report:
+    lines: list[str] = []
+    rep = fsck.check(str(root), disk=disk, out=lines.append)
+    rep.lines = lines  # type: ignore[attr-defined]
+    return rep
+
+
+def repair(root: Path, disk=None) -> tuple[fsck.Report, list[str]]:
+    lines: list[str] = []
+    rep = fsck.check(str(root), repair=True, disk=disk, out=lines.append)
+    return rep, lines
+
+
+def kinds(rep: fsck.Report) -> set[str]:
+    return {f.kind for f in rep.problems}
+
+
+async def _three_files(fs) -> dict:
+    await write_file(fs, "/objects/a/victim.data", b"v" * 5000 + b"MARKER-0123456789" + b"w" * 5000)
+    await write_file(fs, "/objects/a/neighbour", os.urandom(7000), xattrs={b"user.swift.metadata": b"m" * 300})
+    await write_file(fs, "/big", os.urandom(300 * KiB))
+    return await tree(fs)
+
+
+def _records(disk, root: Path, rtype: int | None = None) -> list[tuple[str, int, records.Header]]:
+    """(volume path, offset, header) of every intact-headed record, by scanning the files."""
+    out = []
+    pid = pack.read_marker(str(root))["pack_id"]
+    for name in sorted(disk.listdir(str(root / "volumes"))):
+        fd = disk.open(str(root / "volumes" / name))
+        size = disk.size(fd)
+        for off in range(0, size, records.BLOCK):
+            try:
+                h = records.decode_header(disk.pread(fd, records.HEADER_SIZE, off), pid)
+            except records.RecordError:
+                continue
+            if rtype is None or h.rtype == rtype:
+                out.append((str(root / "volumes" / name), off, h))
+        disk.close(fd)
+    return out
+
+
+def _flip(path: str, offset: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ 0x40]))
+
+
+# -- clean packs ------------------------------------------------------------------------------
+
+def test_clean_pack_is_clean(tmp_path: Path) -> None:
+    root = tmp_path / "pack"
+    run(root, Disk(), _three_files)
+    rep = check(root)
+    assert rep.exit_code == 0, rep.lines
+    assert rep.lines[-1].endswith("clean"), rep.lines
+    assert rep.files == 3 and rep.directories == 3
+
+
+def test_cli_exit_codes(tmp_path: Path) -> None:
+    root = tmp_path / "pack"
+    run(root, Disk(), _three_files)
+    cli = [sys.executable, "-m", "packfs.cli", "fsck", str(root)]
+    r = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    path, off, h = [x for x in _records(Disk(), root, records.DATA) if x[2].length == 10017][0]
+    _flip(path, off + records.HEADER_SIZE + 100)
+    r = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "/objects/a/victim.data" in r.stdout
+    r = subprocess.run(cli + ["--repair"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "repair: moved /objects/a/victim.data to /lost+found/#" in r.stdout
+
+
+def test_refuses_a_mounted_pack(tmp_path: Path) -> None:
+    root = tmp_path / "pack"
+    run(root, Disk(), _three_files)
+    held = pack.lock(str(root))  # what the daemon holds while mounted
+    try:
+        lines: list[str] = []
+        assert fsck.fsck(str(root), out=lines.append) == 2
+        assert fsck.fsck(str(root), repair=True, out=lines.append) == 2
+        assert all("is mounted" in line for line in lines), lines
+    finally:
+        os.close(held)
+    assert fsck.fsck(str(root), out=lambda line: None) == 0
+
+
+# -- flipped bytes ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("where", ["payload", "header"])
+def test_flipped_byte_names_the_file_and_repair_quarantines_it(tmp_path: Path, where: str) -> None:
+    root = tmp_path / "pack"
+    before = run(root, Disk(), _three_files)
+    path, off, h = [x for x in _records(Disk(), root, records.DATA) if x[2].length == 10017][0]
+    _flip(path, off + (records.HEADER_SIZE + 5003 if where == "payload" else 20))
+    rep = check(root)
+    assert rep.exit_code == 1
+    assert kinds(rep) >= {"corrupt-file"}, rep.lines
+    named = [line for line in rep.lines if "corrupt" in line or "point" in line]
+    assert any("/objects/a/victim.data" in line for line in named), rep.lines
+    assert not any("neighbour" in line or "/big" in line for line in rep.lines), rep.lines
+
+    final, lines = repair(root)
+    assert final.exit_code == 0, lines
+    ino = [line for line in lines if "moved /objects/a/victim.data" in line]
+    assert ino, lines
+    assert check(root).exit_code == 0
+
+    after = run(root, Disk(), tree)
+    for name in ("/objects/a/neighbour", "/big", "/objects/a/neighbour@"):
+        assert after[name] == before[name]
+    assert "/objects/a/victim.data" not in after
+    lost = [k for k in after if k.startswith("/lost+found/#") and not k.endswith("@")]
+    assert len(lost) == 1
+    assert len(after[lost[0]]) == 10017  # the size stays; the damaged record became a hole
+    assert b"victim.data" in after[lost[0] + "@"][fsck.XATTR]
+
+
+def test_dangling_extent_and_catalog_damage(tmp_path: Path) -> None:
+    root = tmp_path / "pack"
+    run(root, Disk(), _three_files)
+    disk = Disk()
+    # A referenced record punched away, as a buggy punch would.
+    path, off, h = [x for x in _records(disk, root, records.DATA) if x[2].length == 7000][0]
+    fd = os.open(path, os.O_RDWR)
+    disk.punch_hole(fd, off, h.footprint)
+    os.close(fd)
+    # The catalog: a wrong link count, a name for a missing inode, an inode with no name.
+    db = apsw.Connection(str(root / "catalog.sqlite"))
+    big = db.execute("SELECT ino FROM dirents WHERE name = ?", (b"big",)).fetchall()[0][0]
+    with db:
+        db.execute("UPDATE inodes SET nlink = 5 WHERE ino = ?", (big,))
+        db.execute("INSERT INTO dirents VALUES (1, ?, 999)", (b"ghost",))
+        db.execute("DELETE FROM dirents WHERE name = ?", (b"victim.data",))
+    db.close()
+    rep = check(root)
+    assert kinds(rep) >= {"corrupt-file", "nlink", "dangling-entry", "unreachable"}, rep.lines
+    assert any("/objects/a/neighbour" in line and "point at nothing" in line for line in rep.lines), rep.lines
+    final, lines = repair(root)
+    assert final.exit_code == 0, lines
+    after = run(root, Disk(), tree)
+    assert "/ghost" not in after and "/objects/a/neighbour" not in after
+    assert len(after["/big"]) == 300 * KiB
+    assert sum(1 for k in after if k.startswith("/lost+found/#") and not k.endswith("@")) == 2
+    assert check(root).exit_code == 0
+
+
+# -- FaultDisk power cuts ------------------------------------------------------------------------------
+
+def test_raw_crash_image_is_checked_without_writing(tmp_path: Path) -> None:
+    """An unrecovered crash image: the uncommitted tail is a note, and fsck writes nothing."""
+    root = tmp_path / "pack"
+    disk = FaultDisk(str(root))
+
+    async def work(fs):
+        await write_file(fs, "/kept", b"k" * 20000)
+        await write_file(fs, "/unacked", b"u" * 70000, fsync=False)  # released: written, never committed
+        await fs.volumes.wait_written(fs.volumes.last_ticket)
+    run(root, disk, work, clean=False)
+    image, _ = disk.power_cut(mode="all")
+    image.record, image.trace = True, []
+    rep = check(root, image)
+    assert rep.exit_code == 0, rep.lines
+    assert {f.kind for f in rep.notes} == {"uncommitted-tail"}, rep.lines
+    assert not [ev for ev in image.trace if ev[0] in WRITES], image.trace
+    after = run(root, image, tree)
+    assert after == {"/kept": b"k" * 20000}
+
+
+def test_lost_punches_are_found_and_repaired(tmp_path: Path) -> None:
+    """A checkpoint punched dead records, the power cut lost the punches: orphans; --repair punches them."""
+    root = tmp_path / "pack"
+    disk = FaultDisk(str(root))
+
+    async def work(fs):
+        for i in range(4):
+            await write_file(fs, f"/f{i}", bytes([i]) * 9000)
+        for i in range(4):
+            await write_file(fs, f"/f{i}", bytes([i + 10]) * 5000)  # the first versions die
+        fs.unlink(1, b"f3")
+        await fs.fsync()
+        await fs.journal.checkpoint()  # punches them, never flushed
+        return await tree(fs)
+    before = run(root, disk, work, clean=False)
+    image, cut = disk.power_cut(mode="none")
+    assert cut.lost_punches
+    rep = check(root, image)
+    assert rep.exit_code == 1
+    assert kinds(rep) <= {"orphan-record", "stale-meta"} and "orphan-record" in kinds(rep), rep.lines
+    final, lines = repair(root, image)
+    assert final.exit_code == 0, lines
+    assert any("punched" in line for line in lines), lines
+    assert check(root, image).exit_code == 0
+    assert run(root, image, tree) == before
+
+
+def test_damaged_commit_in_the_journal_keeps_later_commits(tmp_path: Path) -> None:
+    """A flipped byte in a commit that later commits follow: mount would cut them; --repair keeps them."""
+    root = tmp_path / "pack"
+    disk = FaultDisk(str(root))
+
+    async def work(fs):
+        await write_file(fs, "/a", b"a" * 3000)
+        await write_file(fs, "/b", b"b" * 3000)
+        await write_file(fs, "/c", b"c" * 3000)
+    run(root, disk, work, clean=False)
+    image, _ = disk.power_cut(mode="none")
+    metas = _records(image, root, records.META)
+    assert len(metas) == 3
+    path, off, h = metas[1]
+    image.corrupt(image.rel(path), off + records.HEADER_SIZE + 10, b"\xff\xfe")
+    rep = check(root, image)
+    assert "lost-commits" in kinds(rep), rep.lines
+    final, lines = repair(root, image)
+    assert final.exit_code == 0, lines
+    after = run(root, image, tree)
+    assert after["/a"] == b"a" * 3000 and after["/c"] == b"c" * 3000
+    assert "/b" not in after  # its own commit is the damaged one
+    assert check(root, image).exit_code == 0
+
+
+def test_torn_record_in_the_committed_log(tmp_path: Path) -> None:
+    """Bytes of a committed record lost (a sector that never made it, found later): the file is named."""
+    root = tmp_path / "pack"
+    disk = FaultDisk(str(root))
+
+    async def work(fs):
+        await write_file(fs, "/dir/torn", os.urandom(12000))
+        await write_file(fs, "/dir/fine", os.urandom(12000))
+    run(root, disk, work)
+    image, _ = disk.power_cut(mode="none")
+    path, off, h = [x for x in _records(image, root, records.DATA)][0]
+    image.corrupt(image.rel(path), off + 2 * 4096, bytes(4096))  # a zeroed sector in the middle
+    rep = check(root, image)
+    assert rep.exit_code == 1
+    assert any("/dir/torn" in line and "corrupt" in line for line in rep.lines), rep.lines
+    assert not any("/dir/fine" in line for line in rep.lines), rep.lines
+    final, lines = repair(root, image)
+    assert final.exit_code == 0, lines
+    after = run(root, image, tree)
+    assert "/dir/torn" not in after and len(after["/dir/fine"]) == 12000
+    assert check(root, image).exit_code == 0
