@@ -235,7 +235,7 @@ def plots(d: dict, outdir: Path) -> list[Path]:
     med, meta = d["medians"], d["meta"]
     # 1. relative performance vs XFS for every row that has one
     keys = [k for k in sorted(med, key=lambda k: meta[k].get("order", 0))
-            if not meta[k].get("absolute") and med[k].get("xfs") and "p99" not in k and "p50" not in k
+            if not meta[k].get("absolute") and not meta[k].get("minor") and med[k].get("xfs") and "p99" not in k and "p50" not in k
             and "p95" not in k and ".max" not in k and ".mean" not in k]
     if keys:
         fig, ax = plt.subplots(figsize=(10, max(3, 0.28 * len(keys) + 1)))
