@@ -199,15 +199,36 @@ class SwiftCluster:
                     self.mounted.remove(dev.name)
                 self._save()
 
-    def kill9_device(self, dev: Device) -> None:
-        """Crash one packfs daemon (SIGKILL by its PID) and clear the dead mount."""
+    def crash_device(self, dev: Device, timeout: float = 30) -> int:
+        """SIGKILL one packfs daemon by its PID and wait for it to die. The dead mount
+        stays in place (every access: ENOTCONN, so Swift's mount_check answers 507)
+        until :meth:`clear_dead_mount`, as it would on a real node until someone
+        unmounts it. Returns the PID killed."""
         if self.backend == "dir":
-            raise ClusterError("kill9 needs the packfs backend")
-        mounts.kill9(dev.packdir, dev.mountpoint)
+            raise ClusterError("crashing a device needs the packfs backend")
+        pid = mounts.daemon_pid(dev.packdir)
+        if not pid or not alive(pid):
+            raise ClusterError(f"no live packfs daemon for {dev.name} (pid file: {pid})")
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if alive(pid):
+            raise ClusterError(f"packfs daemon {pid} of {dev.name} survived SIGKILL for {timeout}s")
+        return pid
+
+    def clear_dead_mount(self, dev: Device) -> None:
+        """Take a dead mount away (fusermount3 -u, then -z)."""
+        mounts.force_unmount(dev.mountpoint)
         with self._lock:
-            if dev.name in self.mounted:
+            if dev.name in self.mounted and not mounts.is_mounted(dev.mountpoint):
                 self.mounted.remove(dev.name)
             self._save()
+
+    def kill9_device(self, dev: Device) -> None:
+        """Crash one packfs daemon (SIGKILL by its PID) and clear the dead mount."""
+        self.crash_device(dev)
+        self.clear_dead_mount(dev)
 
     def mount_all(self) -> None:
         for dev in self.devices:

@@ -10,20 +10,14 @@ packfs-only tests skip). Without a working `packfs mount`, packfs tests skip.
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "mount"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from swiftcluster import SwiftCluster, packfs_available  # noqa: E402
-
-BACKEND = os.environ.get("PACKFS_SWIFT_BACKEND", "packfs")
+from swiftenv import BACKEND, SwiftCluster, require_backend  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -31,20 +25,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if here in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.swift)
-
-
-def require_backend() -> str:
-    if BACKEND == "packfs":
-        ok, why = packfs_available()
-        if not ok:
-            pytest.skip(f"packfs mount is not available yet: {why}")
-    return BACKEND
-
-
-def require_packfs() -> None:
-    if BACKEND != "packfs":
-        pytest.skip("needs real packfs mounts (PACKFS_SWIFT_BACKEND=dir)")
-    require_backend()
 
 
 def make_cluster(tmp_path_factory, name: str, **kw) -> SwiftCluster:

@@ -7,7 +7,7 @@ import time
 import pytest
 from swiftclient import ClientException
 
-from conftest import require_packfs
+from swiftenv import require_packfs
 from swifthelpers import md5, obj_path, rand_body, request, ts
 
 ACCOUNT, CONTAINER = "AUTH_crash", "c"
@@ -61,15 +61,24 @@ def test_kill9_during_puts(cluster):
             time.sleep(0.01)
         assert len(acked) >= 150, f"only {len(acked)} PUTs acknowledged before the kill; {failures[:5]}"
         before_kill = len(acked)
-        cluster.kill9_device(dev)    # SIGKILL by PID, then clear the dead mount
+        t_kill = time.monotonic()
+        cluster.crash_device(dev)    # SIGKILL by PID; the dead mount answers ENOTCONN
         killed.set()
-        time.sleep(1.0)
+        # Writers stop at their first failure after the kill (507: mount_check sees
+        # the dead mount as unmounted; 500: ENOTCONN in flight).
+        for t in threads:
+            t.join(60)
     finally:
         stop.set()
         for t in threads:
             t.join(60)
     after_kill = len(acked) - before_kill
+    t_stopped = time.monotonic() - t_kill
 
+    cluster.clear_dead_mount(dev)
+    # Nothing may have been written into the bare mount-point directory.
+    leaked = [str(p) for p in dev.mountpoint.rglob("*")]
+    assert not leaked, f"Swift wrote under the unmounted mount point: {leaked[:10]}"
     cluster.mount_device(dev)
     missing, wrong = [], []
     for name, data in sorted(acked.items()):
@@ -79,7 +88,8 @@ def test_kill9_during_puts(cluster):
             missing.append(f"{name}: {r.status}")
         elif r.etag != md5(data) or r.body != data:
             wrong.append(name)
-    print(f"kill -9: {before_kill} PUTs acknowledged before the kill, {after_kill} racing it, "
+    print(f"kill -9: writers stopped {t_stopped:.1f}s after the kill; "
+          f"{before_kill} PUTs acknowledged before the kill, {after_kill} racing it, "
           f"{len(failures)} failed; after remount {len(acked) - len(missing) - len(wrong)} of "
           f"{len(acked)} read back")
     assert not missing and not wrong, (f"{len(missing)} acknowledged objects missing, "

@@ -9,7 +9,7 @@ import pytest
 from swift.common import direct_client
 from swift.common.exceptions import ClientException as DirectClientException
 
-from conftest import require_packfs
+from swiftenv import require_packfs
 from swifthelpers import find_marker, flip_byte, md5, object_dir, rand_body, replicate, request
 
 

@@ -7,8 +7,9 @@ docs/swift-unit-tests.md), so at least 923 pass and nothing else differs.
 """
 from __future__ import annotations
 
-import swift_unit
-from conftest import REPO, require_packfs
+from swiftenv import REPO, require_packfs
+
+import swift_unit  # mount/swift_unit.py (swiftenv puts mount/ on sys.path)
 
 
 def test_swift_unit_tests_on_packfs(tmp_path):

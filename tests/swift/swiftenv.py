@@ -1,0 +1,34 @@
+"""Where the Swift tests find the cluster runner, and which backend they use.
+
+Test modules import from here rather than from conftest.py: several conftest.py
+files in this repository share that module name.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO / "mount") not in sys.path:
+    sys.path.insert(0, str(REPO / "mount"))
+
+from swiftcluster import SwiftCluster, packfs_available  # noqa: E402,F401
+
+BACKEND = os.environ.get("PACKFS_SWIFT_BACKEND", "packfs")
+
+
+def require_backend() -> str:
+    if BACKEND == "packfs":
+        ok, why = packfs_available()
+        if not ok:
+            pytest.skip(f"packfs mount is not available yet: {why}")
+    return BACKEND
+
+
+def require_packfs() -> None:
+    if BACKEND != "packfs":
+        pytest.skip("needs real packfs mounts (PACKFS_SWIFT_BACKEND=dir)")
+    require_backend()
