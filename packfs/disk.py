@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
 
 _FALLOC_FL_KEEP_SIZE = 0x01
@@ -64,6 +65,19 @@ class Disk:
 
     def allocated_bytes(self, fd: int) -> int:
         return os.fstat(fd).st_blocks * 512
+
+    def has_data(self, fd: int) -> bool:
+        """False once every block of the file is a hole."""
+        try:
+            os.lseek(fd, 0, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno == errno.ENXIO:
+                return False
+            raise
+        return True
+
+    def remove(self, path: str) -> None:
+        os.unlink(path)
 
     def listdir(self, path: str) -> list[str]:
         return os.listdir(path)

@@ -83,7 +83,7 @@ class Filesystem:
         self._forget_if_unused(self.ns.unlink(parent, name))
 
     def rmdir(self, parent: int, name: bytes) -> None:
-        self.ns.release(self.ns.rmdir(parent, name))
+        self._forget_if_unused(self.ns.rmdir(parent, name))
 
     def rename(self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes, flags: int) -> None:
         replaced = self.ns.rename(old_parent, old_name, new_parent, new_name, flags)
@@ -96,8 +96,15 @@ class Filesystem:
             raise FsError(errno.EINVAL)
         return node.target
 
+    def forget(self, ino: int, count: int) -> None:
+        """The kernel dropped count references to ino."""
+        node = self.ns.inodes.get(ino)
+        if node is not None:
+            node.lookups = max(0, node.lookups - count)
+            self._forget_if_unused(node)
+
     def _forget_if_unused(self, node: Inode) -> None:
-        if node.nlink == 0 and node.opens == 0:
+        if node.nlink == 0 and node.opens == 0 and node.lookups == 0:
             self.wb.discard(node)
             self.ns.release(node)
 
@@ -172,7 +179,7 @@ class Filesystem:
         if node is None:
             return
         node.opens -= 1
-        if node.nlink == 0 and node.opens == 0:
+        if node.nlink == 0:
             self._forget_if_unused(node)
             return
         if node.wbuf is not None and node.opens == 0:

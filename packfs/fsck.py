@@ -666,7 +666,6 @@ def _commits_after(scan: Scan, end: tuple[int, int], vols: Volumes, disk: Disk) 
 
 def _release_orphans(ns: Namespace) -> None:
     for node in [n for n in ns if n.nlink == 0]:
-        node.opens = 0
         ns.release(node)
     ns.catalog_changes.merge(ns.take_journal_changes())
 

@@ -73,7 +73,7 @@ class Inode:
     """
 
     __slots__ = ("ino", "mode", "uid", "gid", "nlink", "size", "atime", "mtime", "ctime", "rdev",
-                 "target", "_xattrs", "_extents", "entries", "parent", "opens", "wbuf")
+                 "target", "_xattrs", "_extents", "entries", "parent", "opens", "lookups", "wbuf")
 
     def __init__(self, ino: int, mode: int, uid: int, gid: int, now: int) -> None:
         self.ino = ino
@@ -89,7 +89,8 @@ class Inode:
         self._extents: bytes | list[ext.Extent] | None = b"" if stat.S_ISREG(mode) else None
         self.entries: dict[bytes, int] | None = {} if stat.S_ISDIR(mode) else None
         self.parent = 0
-        self.opens = 0
+        self.opens = 0  # open file handles
+        self.lookups = 0  # the kernel's references (FUSE lookup count), dropped by forget
         self.wbuf = None  # writeback.Buffer while the file has unflushed data
 
     @property
@@ -168,7 +169,7 @@ class Inode:
         (node.ino, node.mode, node.uid, node.gid, node.nlink, node.size, node.atime, node.mtime,
          node.ctime, node.rdev, node.target, node._xattrs, node._extents, node.parent) = row
         node.entries = {} if stat.S_ISDIR(node.mode) else None
-        node.opens = 0
+        node.opens = node.lookups = 0
         node.wbuf = None
         return node
 
@@ -279,6 +280,8 @@ class Namespace:
         return node
 
     def lookup(self, parent: int, name: bytes) -> Inode | None:
+        if len(name) > NAME_MAX:
+            raise FsError(errno.ENAMETOOLONG)
         d = self.dir(parent)
         if name == b".":
             return d
@@ -536,8 +539,8 @@ class Namespace:
         self._touch(node)
 
     def release(self, node: Inode) -> bool:
-        """Forget an inode that has neither names nor open handles; True if it went."""
-        if node.nlink > 0 or node.opens > 0 or node.ino not in self.inodes:
+        """Forget an inode with no names, open handles or kernel references; True if it went."""
+        if node.nlink > 0 or node.opens > 0 or node.lookups > 0 or node.ino not in self.inodes:
             return False
         dead = node.extent_list()
         if dead:

@@ -62,6 +62,11 @@ class Operations(pyfuse3.Operations):
         self._dirs: dict[int, list[tuple[bytes, int]]] = {}
         self._next_dh = 1
 
+    def entry(self, node: Inode) -> pyfuse3.EntryAttributes:
+        """Attributes handed to the kernel as a new reference (lookup count + 1)."""
+        node.lookups += 1
+        return self.attrs(node)
+
     def attrs(self, node: Inode) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()
         a.st_ino = node.ino
@@ -91,7 +96,7 @@ class Operations(pyfuse3.Operations):
             a.st_ino = 0
             a.entry_timeout = self._entry_timeout
             return a
-        return self.attrs(node)
+        return self.entry(node)
 
     @_op
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
@@ -117,25 +122,25 @@ class Operations(pyfuse3.Operations):
     @_op
     async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int,
                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        return self.attrs(self.fs.create(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid, rdev))
+        return self.entry(self.fs.create(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid, rdev))
 
     @_op
     async def mkdir(self, parent_inode: int, name: bytes, mode: int,
                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         mode = (mode & ~ctx.umask & 0o7777) | 0o040000
-        return self.attrs(self.fs.create(parent_inode, name, mode, ctx.uid, ctx.gid))
+        return self.entry(self.fs.create(parent_inode, name, mode, ctx.uid, ctx.gid))
 
     @_op
     async def symlink(self, parent_inode: int, name: bytes, target: bytes,
                       ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         if len(target) > 4095:
             raise FsError(errno.ENAMETOOLONG)
-        return self.attrs(self.fs.create(parent_inode, name, 0o120777, ctx.uid, ctx.gid, target=target))
+        return self.entry(self.fs.create(parent_inode, name, 0o120777, ctx.uid, ctx.gid, target=target))
 
     @_op
     async def link(self, inode: int, new_parent_inode: int, new_name: bytes,
                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        return self.attrs(self.fs.link(inode, new_parent_inode, new_name))
+        return self.entry(self.fs.link(inode, new_parent_inode, new_name))
 
     @_op
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
@@ -149,6 +154,10 @@ class Operations(pyfuse3.Operations):
     async def rename(self, parent_inode_old: int, name_old: bytes, parent_inode_new: int, name_new: bytes,
                      flags: int, ctx: pyfuse3.RequestContext) -> None:
         self.fs.rename(parent_inode_old, name_old, parent_inode_new, name_new, flags)
+
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        for ino, count in inode_list:
+            self.fs.forget(ino, count)
 
     # -- directories ------------------------------------------------------------------
 
@@ -171,6 +180,7 @@ class Operations(pyfuse3.Operations):
                 continue  # removed since opendir
             if not pyfuse3.readdir_reply(token, name, self.attrs(node), i + 1):
                 break
+            node.lookups += 1  # readdirplus: the kernel took a reference to each entry
 
     @_op
     async def releasedir(self, fh: int) -> None:
@@ -192,7 +202,7 @@ class Operations(pyfuse3.Operations):
                      ctx: pyfuse3.RequestContext) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         node = self.fs.create(parent_inode, name, (mode & ~ctx.umask & 0o7777) | 0o100000, ctx.uid, ctx.gid)
         fh = self.fs.open(node.ino)
-        return pyfuse3.FileInfo(fh=fh, keep_cache=True), self.attrs(node)
+        return pyfuse3.FileInfo(fh=fh, keep_cache=True), self.entry(node)
 
     @_op
     async def read(self, fh: int, off: int, size: int) -> bytes:

@@ -157,7 +157,6 @@ def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq:
             disk.truncate(fd, keep)
             disk.fdatasync(fd)
     for node in [n for n in ns if n.nlink == 0]:
-        node.opens = 0
         ns.release(node)
         rec.orphans += 1
     # Records that died after the checkpoint were only in the lost process's list of

@@ -147,9 +147,11 @@ class Volumes:
         return target
 
     async def _roll_over(self) -> None:
-        number = self.active + 1
+        number, old, end = self.active + 1, self.active, self.tail
         await trio.to_thread.run_sync(self._create, number)
         self.active, self.tail, self.allocated = number, 0, 0
+        # The old volume ends at its last record: give back what was preallocated past it.
+        await trio.to_thread.run_sync(self.disk.truncate, self.fd(old), end)
         log.info("rolled over to volume %s", volume_name(number))
 
     # -- appending ----------------------------------------------------------------
@@ -343,3 +345,11 @@ class Volumes:
                 log.warning("punching %s at %d failed: %s", volume_name(vol), off, e)
                 continue
             self.punched_bytes += size
+        for vol in {k[0] for k in keys} - {self.active}:
+            if not self.disk.has_data(self.fd(vol)):
+                # Every record of this old volume is dead and punched: drop the file.
+                # Recovery never reads volumes before the checkpoint, and a lost unlink
+                # leaves only an empty file behind.
+                self.disk.close(self.fds.pop(vol))
+                self.disk.remove(self.path(vol))
+                log.info("removed empty volume %s", volume_name(vol))
