@@ -181,7 +181,8 @@ DAEMON_LINES = re.compile(r"(replicated|successes|suffixes|Object audit|passed|q
 
 def run_daemons(c: SwiftCluster, phases: list) -> list[tuple[str, int, list[str]]]:
     out = []
-    for daemon in ("object-replicator", "object-auditor", "object-updater"):
+    # container-updater too, so that account listings show the objects (`swift stat`).
+    for daemon in ("object-replicator", "object-auditor", "object-updater", "container-updater"):
         with Phase(phases, f"{daemon} once"):
             r = c.run_once(daemon)
         lines = [ln.strip() for ln in (r.stdout + r.stderr).splitlines() if DAEMON_LINES.search(ln)]
@@ -260,8 +261,15 @@ def main() -> int:
                 print(f"  {dt:7.1f}s  {name}")
             print(f"  {total:7.1f}s  total")
             for d in c.devices:
-                print(f"--- packfs stats {d.mountpoint}")
-                print(c.stats(d))
+                stats = c.stats(d)
+                full = c.log_dir / f"packfs-stats-{d.name}.txt"
+                full.write_text(stats + "\n")
+                lines = stats.splitlines()
+                head = lines[:next((i for i, ln in enumerate(lines) if ln.startswith("operation")), len(lines))]
+                ops = [ln for ln in lines if ln.split()[:1] in (["operation"], ["fsync"], ["fsyncdir"],
+                                                               ["write"], ["read"], ["disk_flush"])]
+                print(f"--- packfs stats {d.mountpoint}   (all operations: {full})")
+                print("\n".join(ln for ln in head + ops if ln.strip()))
         if ok and args.keep:
             print(f"\nThe cluster keeps running (proxy {c.proxy_url}). Reach it with:\n"
                   f"  export ST_AUTH={c.auth_url} ST_USER=test:tester ST_KEY=testing\n"
