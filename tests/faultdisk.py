@@ -11,8 +11,9 @@ In the style of RocksDB's FaultInjectionTestFS and SQLite's crash tests:
   since that flush. The live image (what reads see) is the durable image with every
   pending operation applied.
 * A file created since the last `fsync_dir` of its directory is not durably named: a
-  power cut may drop it entirely (the durability contract's crash model, applied to
-  the backing filesystem too).
+  power cut may drop it entirely; a file removed since then may come back, with its
+  durable contents and any subset of its pending writes (the durability contract's
+  crash model, applied to the backing filesystem too).
 * `power_cut(rng)` returns a new FaultDisk holding the state after a power cut now: the
   durable images plus a random (seeded) subset of the pending operations, applied in
   order, where a kept pwrite may also be **torn** -- only a prefix of it, or an
@@ -43,7 +44,7 @@ PAGE = 4096
 ZERO_PAGE = bytes(PAGE)
 
 # Operations a fault can be injected into.
-OPS = ("open", "pread", "pwrite", "fdatasync", "fsync_dir", "punch", "truncate", "allocate", "statvfs")
+OPS = ("open", "pread", "pwrite", "fdatasync", "fsync_dir", "punch", "truncate", "allocate", "statvfs", "remove")
 
 
 class Image:
@@ -183,6 +184,7 @@ class CutReport:
     dropped: int = 0
     torn: int = 0
     files_dropped: list[str] = field(default_factory=list)
+    files_back: list[str] = field(default_factory=list)  # removed files whose unlink the cut lost
     lost_punches: list[tuple[str, int, int]] = field(default_factory=list)
 
     @property
@@ -198,6 +200,7 @@ class FaultDisk(Disk):
         self.capacity = capacity  # bytes of allocated pages the disk holds, or None for unlimited
         self.record = record
         self.files: dict[str, FileState] = {}
+        self.unlinked: list[tuple[str, FileState]] = []  # removed since the last fsync_dir of their directory
         self.trace: list[tuple] = []
         self.faults: list[Fault] = []
         self.calls: dict[str, int] = {}
@@ -269,6 +272,12 @@ class FaultDisk(Disk):
             for path, st in self.files.items():
                 if _dir(path) == ev[1]:
                     st.named = True
+            self.unlinked = [(p, st) for p, st in self.unlinked if _dir(p) != ev[1]]
+            return
+        if kind == "remove":
+            st = self.files.pop(ev[1])
+            if st.named:
+                self.unlinked.append((ev[1], st))
             return
         st = self.files[ev[1]]
         if kind == "fdatasync":
@@ -355,6 +364,18 @@ class FaultDisk(Disk):
         with self.lock:
             return len(self.files[self._path(fd)].live.alloc) * PAGE
 
+    def has_data(self, fd: int) -> bool:
+        with self.lock:
+            return bool(self.files[self._path(fd)].live.pages)
+
+    def remove(self, path: str) -> None:
+        with self.lock:
+            rel = self.rel(path)
+            self._check("remove", rel)
+            if rel not in self.files:
+                raise FileNotFoundError(E.ENOENT, os.strerror(E.ENOENT), path)
+            self._do(("remove", rel))
+
     def listdir(self, path: str) -> list[str]:
         with self.lock:
             rel = self.rel(path)
@@ -384,7 +405,7 @@ class FaultDisk(Disk):
     def pending_ops(self) -> int:
         with self.lock:
             return sum(len(st.pending) for st in self.files.values()) + \
-                sum(1 for st in self.files.values() if not st.named)
+                sum(1 for st in self.files.values() if not st.named) + len(self.unlinked)
 
     def corrupt(self, rel: str, offset: int, data: bytes) -> None:
         """Overwrite bytes in place, durably, without recording it (media damage, a stray write)."""
@@ -411,8 +432,13 @@ class FaultDisk(Disk):
         rep = CutReport()
         out = FaultDisk(root or self.root, capacity=self.capacity)
         with self.lock:
-            for path in sorted(self.files):
-                st = self.files[path]
+            back = {}
+            for path, st in self.unlinked:  # the unlink was not made durable: it may be lost
+                if path not in self.files and (mode == "none" or (mode == "random" and rng.random() >= p_keep)):
+                    back[path] = st
+                    rep.files_back.append(path)
+            for path in sorted({**self.files, **back}):
+                st = self.files.get(path) or back[path]
                 if not st.named and (mode == "none" or (mode == "random" and rng.random() >= p_keep)):
                     rep.files_dropped.append(path)
                     rep.dropped += len(st.pending) + 1
@@ -466,6 +492,7 @@ class FaultDisk(Disk):
                 new.live, new.durable = st.live.copy(), st.durable.copy()
                 new.pending, new.named = list(st.pending), st.named
                 out.files[path] = new
+            out.unlinked = list(self.unlinked)  # their states are never changed again
             return out
 
     @classmethod

@@ -87,12 +87,14 @@ from packfs.options import Options  # noqa: E402
 KiB = 1 << 10
 
 
-def options() -> Options:
+def options(seed: int = 0) -> Options:
+    """Small chunks and volumes. Even seeds checkpoint only when the workload asks; odd
+    seeds also let the background checkpointer run after every 128 KiB of log."""
     o = Options()
     o.disk_chunk_size = 16 * KiB      # write-behind flushes chunks often
     o.max_dirty = 256 * KiB           # backpressure kicks in
     o.volume_size = 384 * KiB         # volume roll-overs happen
-    o.checkpoint_bytes = 1 << 40      # checkpoints only when the workload asks (deterministic)
+    o.checkpoint_bytes = 128 * KiB if seed % 2 else 1 << 40
     o.cache_size = 32 * KiB
     return o
 
@@ -762,7 +764,7 @@ class Runner:
         self.boundary_fraction = boundary_fraction
         self.recovery_crashes = recovery_crashes
         self.modes = modes
-        self.opts = options()
+        self.opts = options(seed)
         self.res = Result(seed)
 
     # the run ------------------------------------------------------------------------
