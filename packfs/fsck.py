@@ -638,7 +638,9 @@ def _check(packdir: str, disk: Disk, report: Report) -> _State:
         if lost and not st.tolerant:
             report.findings.append(Finding(
                 "lost-commits", f"volume {volume_name(st.end[0])} @ {st.end[1]}: the log ends at a damaged record, "
-                f"but {lost} intact commit(s) follow it; mount would discard them (--repair keeps them)"))
+                f"but {lost} intact commit(s) follow it. Mount cuts them as an unacknowledged tail, which they "
+                "are if a power cut hit a group commit; if not, the record was damaged later and --repair "
+                "keeps them"))
             st.tolerant = True
         to_free = set(ns.frees)
         report.findings += cross_check(ns, scan, st.catalog_pos, st.end, to_free)
