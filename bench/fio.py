@@ -60,10 +60,10 @@ class FioBench:
         q = quick
         self.small = {1: 1000 if q else 10000, 4: 300 if q else 3000}   # files per job
         self.stream_size = "256m" if q else "1g"
-        self.rr_files = 3000 if q else 20000
+        self.rr_files = 2000 if q else 20000
         self.rr_fsize = "16k"
-        self.rr_runtime = 3 if q else 10
-        self.rr_cold_ios = 400 if q else 2500   # per job, 4 jobs: ~12% of the blocks
+        self.rr_runtime = 2 if q else 10
+        self.rr_cold_ios = 300 if q else 2500   # per job, 4 jobs: ~12% of the blocks
         self.sweep_bytes = (12 << 20) if q else (128 << 20)
 
     # Interleave filesystems; rotate the order each repetition.

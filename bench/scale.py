@@ -71,11 +71,12 @@ class ScaleBench:
         self.targets = list(tb)
         self.res = res
         self.quick = quick
-        self.reps = reps
+        # QUICK: one cold repetition plus one in the cgroup (the walks dominate the run time)
+        self.reps = 1 if quick else reps
         self.work = work
         self.n = n
         self.size = int(os.environ.get("BENCH_SCALE_SIZE", "4096"))
-        self.gets = 1000 if quick else 10000
+        self.gets = 800 if quick else 10000
         self.cg_reps = 1 if quick else max(1, reps - 1)
         self.cg_limit = int(os.environ.get("BENCH_CGROUP_MEM", "0")) or ((192 << 20) + n * 320)
         self.servers: dict[str, so.ObjectServer] = {}
@@ -271,7 +272,7 @@ class ScaleBench:
 
 def main(tb, res: Results, quick: bool, reps: int, work: Path, n: int) -> None:
     sb = ScaleBench(tb, res, quick, reps, work, n)
-    res.config["scale"] = {"objects": n, "object_size": sb.size, "random_gets": sb.gets,
+    res.config["scale"] = {"objects": n, "object_size": sb.size, "random_gets": sb.gets, "reps": sb.reps,
                            "cgroup_limit": sb.cg_limit, "cgroup": cgroup.available(),
                            "cgroup_reps": sb.cg_reps, "part_power": so.PART_POWER}
     sb.run()

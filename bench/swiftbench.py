@@ -30,8 +30,8 @@ class SwiftBench:
         self.quick = quick
         self.reps = reps
         self.work = work
-        self.phase_s = 0.6 if quick else 6.0
-        self.sweep_s = 0.5 if quick else 4.0
+        self.phase_s = 0.5 if quick else 6.0
+        self.sweep_s = 0.4 if quick else 4.0
         self.big = (128 << 20) if quick else (1 << 30)
         self.max_ops = {4 << 10: 20000, 100 << 10: 5000, 1 << 20: 1500}
         self.servers: dict[str, so.ObjectServer] = {}
