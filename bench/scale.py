@@ -8,10 +8,10 @@
 3. Interleaved repetitions, caches dropped before each: a replicator-style walk (listdir of
    every partition, suffix and hash dir; bench/walk.py) and random GETs through the stock
    object server at concurrency 16.
-4. The same walk and GETs with the object server, the packfs daemon and the walker in one
-   memory-limited cgroup (bench/cgroup.py).
-5. packfs only: PUT more objects, kill -9 the daemon, time the remount (recovery), then
+4. packfs only: PUT more objects, kill -9 the daemon, time the remount (recovery), then
    check that every acknowledged object reads back.
+5. The same walk and GETs with the object server, the packfs daemon and the walker in one
+   memory-limited cgroup (bench/cgroup.py).
 """
 from __future__ import annotations
 
@@ -128,6 +128,10 @@ class ScaleBench:
                               unit="B/file", better="lower", absolute=True)
                     self._add("scale.rss", t, rss / 2**20, label=f"packfs daemon RSS at {nk} files",
                               unit="MiB", better="lower", absolute=True)
+            # recovery before the cgroup runs, so that an OOM kill there cannot spoil it
+            for t in self.targets:
+                if t.is_packfs:
+                    self._guard("kill -9 recovery", t, lambda: self.recovery(t))
             kind = cgroup.available()
             if kind is None:
                 self.res.note("cgroup runs skipped: no memory controller (cgroup v2 or v1) on this host")
@@ -140,9 +144,6 @@ class ScaleBench:
                         log(f"scale cgroup ({self.cg_limit >> 20} MiB) walk + GETs rep {rep + 1}/{self.cg_reps} "
                             f"on {t.name}")
                         self._guard("cgroup walk/GETs", t, lambda: self.cold(t, self.cg_limit))
-            for t in self.targets:
-                if t.is_packfs:
-                    self._guard("kill -9 recovery", t, lambda: self.recovery(t))
         finally:
             for srv in self.servers.values():
                 srv.stop()
@@ -222,8 +223,16 @@ class ScaleBench:
                 self.res.note(f"{t.name}: {ooms} OOM kill(s) in the {limit >> 20} MiB cgroup")
             peak = cg.usage()
             log(f"  {t.name} cgroup usage at end {peak / 2**20:.0f} MiB")
-        if t.is_packfs and not t.is_mounted():
-            raise RuntimeError("packfs mount is gone after the cgroup run (daemon killed?)")
+        if t.is_packfs:
+            pid = t.daemon_pid()
+            try:
+                os.kill(pid, 0)
+            except (TypeError, ProcessLookupError):
+                raise RuntimeError(f"the packfs daemon ({pid}) died during the {limit >> 20} MiB cgroup run "
+                                   "(OOM kill?)") from None
+        for srv_pid in ([] if srv.proc is None else [srv.proc.pid]):
+            if srv.proc.poll() is not None:
+                raise RuntimeError(f"the object server ({srv_pid}) died during the cgroup run (OOM kill?)")
 
     def _cold_run(self, t, srv, names, cg, tag, where) -> None:
         drop_caches()
