@@ -148,6 +148,7 @@ def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq:
             seq = max(seq, header.seq + 1)
             pos += header.footprint
     # Cut off what follows the last intact commit: it was never acknowledged.
+    flushed = set()
     for vol in [v for v in volumes.existing() if v >= end_vol]:
         fd = volumes.fd(vol)
         keep = end_off if vol == end_vol else 0
@@ -156,6 +157,12 @@ def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq:
             rec.truncated_bytes += size - keep
             disk.truncate(fd, keep)
             disk.fdatasync(fd)
+            flushed.add(vol)
+    # What was replayed may have been read from the page cache only (the daemon was
+    # killed before its flush, and this mount is in the same boot): make it durable
+    # before the post-recovery checkpoint names it.
+    for vol in [v for v in volumes.existing() if start_vol <= v <= end_vol and v not in flushed]:
+        disk.fdatasync(volumes.fd(vol))
     for node in [n for n in ns if n.nlink == 0]:
         ns.release(node)
         rec.orphans += 1
