@@ -738,6 +738,7 @@ class Result:
     leaks: int = 0
     leak_points: int = 0
     raw_lost_commits: int = 0
+    kill_points: int = 0
     prefix: int = 0
     lag: int = 0
     torn: int = 0
@@ -756,7 +757,8 @@ def write_catalog(root: str, blob: bytes) -> None:
 class Runner:
     def __init__(self, seed: int, n_ops: int, workdir: str, random_points: int = 40,
                  boundary_fraction: float = 1.0, recovery_crashes: int = 3, modes: tuple = ("random", "none", "all"),
-                 extra_random: int = 3, raw_fsck: bool = True) -> None:
+                 extra_random: int = 3, raw_fsck: bool = True, kill_crashes: int = 3) -> None:
+        self.kill_crashes = kill_crashes  # kill -9 points: recover in the same boot, then cut the power
         self.raw_fsck = raw_fsck  # also fsck each crashed image before recovering it
         self.extra_random = extra_random  # more random cuts where unflushed writes are pending
         self.seed = seed
@@ -817,12 +819,18 @@ class Runner:
             f.write(marker)
         rng = random.Random(self.seed * 7919 + 1)
         recovery_crash_at = set(rng.sample(sorted(points), min(self.recovery_crashes, len(points))))
+        flushes = [i for i, ev in enumerate(disk.trace) if ev[0] == "fdatasync"]  # unflushed writes just before
+        kill_at = set(rng.sample(flushes, min(self.kill_crashes, len(flushes))))
+        points |= kill_at
         # Walk the trace once; at each chosen point, cut the power.
         marks = self.index_marks(disk.trace)
         for k, sim in FaultDisk.replayer(disk.trace, disk.root):
             if k not in points:
                 continue
             done, hi, blob = self.state_at(marks, k)
+            if k in kill_at:
+                self.kill_then_power_cut(crash_root, sim, blob, model, done, hi, rng,
+                                         f"seed {self.seed} kill -9 at {k}/{len(disk.trace)} during op {hi}")
             pending = sim.pending_ops()
             writes = any(op[0] == "pwrite" for st in sim.files.values() for op in st.pending)
             modes = list(self.modes) + ["random"] * (self.extra_random if writes else 0)
@@ -954,6 +962,41 @@ class Runner:
             self.res.lag = max(self.res.lag, hi - (matches[-1] - 1))
         return tree, problems
 
+    def kill_then_power_cut(self, root: str, sim: FaultDisk, blob: bytes, model: Model, done: int, hi: int,
+                            rng: random.Random, where: str) -> None:
+        """kill -9: the daemon dies, its unflushed writes stay in the page cache (still pending),
+        the next mount recovers from what it reads there; then a power cut at every step of
+        that recovery, or after it, and a second recovery. The contract must still hold."""
+        base = sim.snapshot()
+        base.root = root
+        first = base.snapshot()
+        first.record = True
+        first.mark("catalog", blob)
+        tree, problems, position = self.recover(root, first, blob, instrument=True)
+        self.res.kill_points += 1
+        if tree is not None:
+            problems += check_contract(model, tree, done, hi)
+        self.res.violations += [f"{where}, recovered in the same boot: {p}" for p in problems]
+        if tree is None:
+            return
+        trace = first.trace
+        marks = self.index_marks(trace)
+        steps = {p for i, ev in enumerate(trace) if ev[0] != "mark" for p in (i, i + 1)} | {len(trace)}
+        for k, s2 in FaultDisk.replayer(trace, root, base=base):
+            if k not in steps:
+                continue
+            _, _, cblob = self.state_at(marks, k)
+            for mode in ("none", "random"):
+                img, _ = s2.power_cut(rng, mode)
+                again, problems, pos = self.recover(root, img, cblob or blob)
+                self.res.recovery_crash_points += 1
+                if again is not None:
+                    problems += check_contract(model, again, done, hi)
+                    problems += self.fsck_problems(root, img, pos)
+                step = trace[k - 1][:2] if k else "start"
+                self.res.violations += [f"{where}, then a power cut at step {k}/{len(trace)} of that recovery "
+                                        f"(after {step}, {mode}): {p}" for p in problems]
+
     def crash_during_recovery(self, root: str, base: FaultDisk, blob: bytes, expected: Tree, where: str,
                               rng: random.Random) -> None:
         """Recover base once more, recording; crash at every step of that recovery; recover again."""
@@ -1002,7 +1045,8 @@ def summarise(results: list[Result], seconds: float) -> str:
     lines = [
         f"crash campaign: {len(results)} seed(s), {sum(r.ops for r in results)} operations, "
         f"{sum(r.trace for r in results)} backing-disk events",
-        f"crash points: {cp} power cuts during the workload + {rcp} during recovery = {cp + rcp}",
+        f"crash points: {cp} power cuts during the workload + {rcp} during or after recovery = {cp + rcp} "
+        f"(recoveries in the same boot after kill -9: {sum(r.kill_points for r in results)})",
         f"pending writes at the cuts: {sum(r.torn for r in results)} torn, {sum(r.dropped for r in results)} dropped",
         f"prefix states: {sum(r.prefix for r in results)}/{cp} recovered trees equal the state after some "
         f"operation (max lag {max((r.lag for r in results), default=0)} ops)",
