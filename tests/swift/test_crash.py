@@ -1,6 +1,8 @@
 """Crashes and restarts under stock Swift: kill -9 of a packfs daemon during PUTs; a full restart."""
 from __future__ import annotations
 
+import os
+import re
 import threading
 import time
 
@@ -8,20 +10,35 @@ import pytest
 from swiftclient import ClientException
 
 from swiftenv import require_packfs
-from swifthelpers import md5, obj_path, rand_body, request, ts
+from swifthelpers import md5, obj_path, object_dir, rand_body, request, ts
 
 ACCOUNT, CONTAINER = "AUTH_crash", "c"
+
+
+def dirsync_failures(cluster) -> set[str]:
+    """Directories whose fsync failed in the object server, from its log.
+
+    Stock Swift's ``fsync_dir`` is best effort: when the fsync of a directory fails
+    (here ENOTCONN/ECONNABORTED from the dead mount) it logs "Unable to perform
+    fsync() on directory" and the PUT still answers 201. A PUT whose file fsync and
+    rename got through before the kill but whose directory fsyncs did not is then
+    acknowledged without a durable name, on any filesystem."""
+    text = (cluster.log_dir / "object-server.log").read_text(errors="replace")
+    return set(re.findall(r"Unable to perform fsync\(\) on directory (\S+?):", text))
 
 
 def test_kill9_during_puts(cluster):
     """PUTs stream straight to one device's object server; its packfs daemon is
     SIGKILLed mid-stream. After a remount, every object that got a 201 reads back
-    with its ETag (Swift fsyncs file and directories before answering 201)."""
+    with its ETag (Swift fsyncs file and directories before answering 201), except a
+    PUT that Swift acknowledged although its directory fsync failed (logged by Swift,
+    see dirsync_failures); at most one such PUT per writer, all racing the kill."""
     require_packfs()
     dev = cluster.device("sdb2")
     port = cluster.ports["object"]
     ring = cluster.ring("object")
     acked: dict[str, bytes] = {}
+    acked_at: dict[str, float] = {}
     failures: list[str] = []
     lock = threading.Lock()
     stop = threading.Event()
@@ -48,6 +65,7 @@ def test_kill9_during_puts(cluster):
                 if r.status == 201:
                     assert r.etag == md5(data)
                     acked[name] = data
+                    acked_at[name] = time.monotonic()
                 else:
                     failures.append(f"{name}: {r.status}")
             if killed.is_set() and r.status != 201:
@@ -75,23 +93,37 @@ def test_kill9_during_puts(cluster):
     after_kill = len(acked) - before_kill
     t_stopped = time.monotonic() - t_kill
 
+    for name in acked_at:
+        acked_at[name] -= t_kill
     cluster.clear_dead_mount(dev)
     # Nothing may have been written into the bare mount-point directory.
     leaked = [str(p) for p in dev.mountpoint.rglob("*")]
     assert not leaked, f"Swift wrote under the unmounted mount point: {leaked[:10]}"
     cluster.mount_device(dev)
-    missing, wrong = [], []
+    missing, wrong, excused = [], [], []
+    failed_dirs = dirsync_failures(cluster)
     for name, data in sorted(acked.items()):
-        path = obj_path(dev.name, ring.get_part(ACCOUNT, CONTAINER, name), ACCOUNT, CONTAINER, name)
+        part = ring.get_part(ACCOUNT, CONTAINER, name)
+        path = obj_path(dev.name, part, ACCOUNT, CONTAINER, name)
         r = request(port, "GET", path)
         if r.status != 200:
-            missing.append(f"{name}: {r.status}")
+            d = object_dir(cluster.node_root, dev.name, part, ACCOUNT, CONTAINER, name)
+            listing = sorted(os.listdir(d)) if d.exists() else f"no dir {d.relative_to(cluster.node_root)}"
+            what = (f"{name} ({len(data)} B, acked {acked_at[name]:+.3f}s from the kill): "
+                    f"GET {r.status}; on disk: {listing}")
+            if any(str(d) == f or str(d).startswith(f + "/") for f in failed_dirs):
+                excused.append(what)
+            else:
+                missing.append(what)
         elif r.etag != md5(data) or r.body != data:
             wrong.append(name)
     print(f"kill -9: writers stopped {t_stopped:.1f}s after the kill; "
           f"{before_kill} PUTs acknowledged before the kill, {after_kill} racing it, "
-          f"{len(failures)} failed; after remount {len(acked) - len(missing) - len(wrong)} of "
+          f"{len(failures)} failed; after remount {len(acked) - len(missing) - len(wrong) - len(excused)} of "
           f"{len(acked)} read back")
+    for what in excused:
+        print(f"  acknowledged by Swift although its directory fsync failed (Swift logged it): {what}")
+    assert len(excused) <= 4, excused
     assert not missing and not wrong, (f"{len(missing)} acknowledged objects missing, "
                                        f"{len(wrong)} wrong: {missing[:10]} {wrong[:10]}")
     # The device takes new PUTs again.
