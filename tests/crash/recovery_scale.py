@@ -143,19 +143,29 @@ def main() -> int:
     p.add_argument("--fsync-every", type=int, default=100, help="files per commit (group commit)")
     p.add_argument("--dir", default="run/recovery-scale", help="work directory (its pack is replaced)")
     p.add_argument("--cold", action="store_true", help="drop the page cache before each measurement (root)")
-    p.add_argument("--keep", action="store_true", help="keep the pack afterwards")
+    p.add_argument("--keep", action="store_true", help="keep the pack, and a copy of it as the unclean stop left "
+                   "it (pack.unclean), for --remeasure")
+    p.add_argument("--remeasure", action="store_true", help="measure again from the kept pack.unclean, no build")
     p.add_argument("--measure", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.measure:
         print(json.dumps(measure(a.measure)))
         return 0
     packdir = os.path.abspath(os.path.join(a.dir, "pack"))
+    unclean = packdir + ".unclean"
     shutil.rmtree(packdir, ignore_errors=True)
     os.makedirs(os.path.dirname(packdir), exist_ok=True)
-    print(f"building {a.files:,} files in {packdir} ...", flush=True)
-    built = build(packdir, a.files, a.per_dir, a.size, a.xattr, a.fsync_every)
-    print(f"built in {built['build_seconds']:.0f} s; unclean stop with {built['files_since_checkpoint']:,} files "
-          f"({built['log_since_checkpoint'] >> 20} MiB of log) since the last checkpoint", flush=True)
+    if a.remeasure:
+        subprocess.run(["cp", "-a", "--sparse=always", unclean, packdir], check=True)
+        a.keep = True
+    else:
+        shutil.rmtree(unclean, ignore_errors=True)
+        print(f"building {a.files:,} files in {packdir} ...", flush=True)
+        built = build(packdir, a.files, a.per_dir, a.size, a.xattr, a.fsync_every)
+        print(f"built in {built['build_seconds']:.0f} s; unclean stop with {built['files_since_checkpoint']:,} "
+              f"files ({built['log_since_checkpoint'] >> 20} MiB of log) since the last checkpoint", flush=True)
+        if a.keep:
+            subprocess.run(["cp", "-a", "--sparse=always", packdir, unclean], check=True)
     results = {}
     for label in ("after the unclean stop", "after the post-recovery checkpoint (clean mount)"):
         cold = a.cold and drop_caches()
@@ -168,13 +178,15 @@ def main() -> int:
     pack_bytes = sum(f.stat().st_blocks * 512 for f in Path(packdir).rglob("*") if f.is_file())
     print(f"pack on disk: {pack_bytes >> 20} MiB")
     first = results["after the unclean stop"]
-    print(f"SUMMARY: {a.files:,} files; recovery after an unclean stop: {first['total_seconds']} s "
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"SUMMARY: {first['inodes']:,} inodes; recovery after an unclean stop: {first['total_seconds']} s "
           f"(catalog load {first['catalog_load_seconds']} s, replay of {first['replayed_commits']:,} commits "
           f"{first['replay_seconds']} s, post-recovery checkpoint {first['post_recovery_checkpoint_seconds']} s, "
           f"RSS {first['rss_mib']} MiB); clean mount: "
           f"{results['after the post-recovery checkpoint (clean mount)']['total_seconds']} s")
     if not a.keep:
         shutil.rmtree(packdir, ignore_errors=True)
+        shutil.rmtree(unclean, ignore_errors=True)
     return 0
 
 
