@@ -543,32 +543,36 @@ def check(packdir: str, repair: bool = False, *, disk: Disk | None = None,
                 out(report.summary())
                 return report
         disk = disk or Disk()
-        if repair:
-            first = _check(packdir, disk, report)
-            for f in report.findings:
-                out(f.message)
-            if report.error:
-                out(report.summary())
-                return report
-            if not report.problems and not first.tail:
-                out(report.summary())
-                return report
-            _repair(packdir, disk, report, first, out)
-            final = Report(packdir)
-            _check(packdir, disk, final)
-            final.actions = report.actions
-            for f in final.problems:
-                out(f"after repair: {f.message}")
-            out(final.summary())
-            return final
-        _check(packdir, disk, report)
-        for f in report.findings:
-            out(f.message)
-        out(report.summary())
-        return report
+        try:
+            return _run(packdir, repair, disk, report, out)
+        except OSError as e:
+            report.error = f"I/O error: {e}"
+            out(report.summary())
+            return report
     finally:
         if lock_fd >= 0:
             os.close(lock_fd)
+
+
+def _run(packdir: str, repair: bool, disk: Disk, report: Report, out: Callable[[str], None]) -> Report:
+    first = _check(packdir, disk, report)
+    for f in report.findings:
+        out(f.message)
+    if not repair or report.error or (not report.problems and not first.tail):
+        out(report.summary())
+        return report
+    if any(f.kind == "catalog" for f in report.findings):
+        out("repair: not possible: the catalog itself is damaged or foreign")
+        out(report.summary())
+        return report
+    _repair(packdir, disk, report, first, out)
+    final = Report(packdir)
+    _check(packdir, disk, final)
+    final.actions = report.actions
+    for f in final.problems:
+        out(f"after repair: {f.message}")
+    out(final.summary())
+    return final
 
 
 @dataclass

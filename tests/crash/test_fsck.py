@@ -263,3 +263,21 @@ def test_torn_record_in_the_committed_log(tmp_path: Path) -> None:
     after = run(root, image, tree)
     assert "/dir/torn" not in after and len(after["/dir/fine"]) == 12000
     assert check(root, image).exit_code == 0
+
+
+def test_damaged_catalog_and_not_a_pack(tmp_path: Path) -> None:
+    root = tmp_path / "pack"
+    run(root, Disk(), _three_files)
+    with open(root / "catalog.sqlite", "r+b") as f:
+        f.write(b"this is no SQLite database anymore")
+    for suffix in ("-wal", "-shm"):
+        (root / ("catalog.sqlite" + suffix)).unlink(missing_ok=True)
+    rep = check(root)
+    assert rep.exit_code == 1 and kinds(rep) == {"catalog"}, rep.lines
+    final, lines = repair(root)
+    assert final.exit_code == 1 and any("not possible" in line for line in lines), lines
+    other = tmp_path / "other"
+    other.mkdir()
+    lines = []
+    assert fsck.fsck(str(other), out=lines.append) == 2
+    assert "not a packfs pack directory" in lines[-1]
