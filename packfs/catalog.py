@@ -22,6 +22,8 @@ CREATE TABLE IF NOT EXISTS inodes (
     target BLOB, xattrs BLOB, extents BLOB, parent INTEGER);
 CREATE TABLE IF NOT EXISTS dirents (
     parent INTEGER, name BLOB, ino INTEGER, PRIMARY KEY (parent, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dead_records (
+    volume INTEGER, offset INTEGER, length INTEGER, PRIMARY KEY (volume, offset)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS shared_records (
     volume INTEGER, offset INTEGER, length INTEGER, refs INTEGER,
     PRIMARY KEY (volume, offset)) WITHOUT ROWID;
@@ -37,9 +39,10 @@ class Catalog:
         flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if create else 0)
         try:
             self.db = apsw.Connection(path, flags=flags)
-            self.db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL")
-            if create:
-                self.db.execute(SCHEMA)
+            # One pragma per execute: apsw stops a multi-statement execute at the first row.
+            self.db.execute("PRAGMA journal_mode=WAL").fetchall()
+            self.db.execute("PRAGMA synchronous=FULL").fetchall()
+            self.db.execute(SCHEMA)  # IF NOT EXISTS: also adds tables newer than the pack
             self.settings = dict(self.db.execute("SELECT key, value FROM settings"))
         except apsw.Error as e:
             raise CatalogError(f"catalog {path} is damaged: {e}") from e
@@ -66,14 +69,24 @@ class Catalog:
     def dirents(self) -> Iterator[tuple[int, bytes, int]]:
         return self.db.execute("SELECT parent, name, ino FROM dirents")
 
+    def dead_records(self) -> list[tuple[int, int, int]]:
+        return self.db.execute("SELECT volume, offset, length FROM dead_records").fetchall()
+
     def shared_records(self) -> Iterator[tuple[int, int, int, int]]:
         return self.db.execute("SELECT volume, offset, length, refs FROM shared_records")
 
     def checkpoint(self, rows: Iterable[InodeRow], removed: Iterable[int],
                    dirents: Iterable[tuple[int, bytes, int | None]],
-                   refs: Iterable[tuple[tuple[int, int, int], int]], settings: dict) -> None:
-        """Write one checkpoint in one transaction. May block: run it off the event loop."""
+                   refs: Iterable[tuple[tuple[int, int, int], int]], settings: dict,
+                   dead: Iterable[tuple[int, int, int]] = ()) -> None:
+        """Write one checkpoint in one transaction. May block: run it off the event loop.
+
+        `dead` lists the records this checkpoint lets the caller punch; they stay listed
+        until the next checkpoint, so a punch lost in a crash is redone at mount.
+        """
         with self.db:
+            self.db.execute("DELETE FROM dead_records")
+            self.db.executemany("INSERT OR REPLACE INTO dead_records VALUES (?,?,?)", dead)
             self.db.executemany(
                 "INSERT OR REPLACE INTO inodes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
             self.db.executemany("DELETE FROM inodes WHERE ino = ?", ((i,) for i in removed))

@@ -112,5 +112,7 @@ def open_pack(path: str, disk: Disk, volume_size: int, cache_bytes: int) -> Pack
     ns = load_namespace(catalog)
     volumes = Volumes(disk, os.path.join(path, "volumes"), info["pack_id"], volume_size, cache_bytes)
     s = catalog.settings
+    # Punches the last run made after its checkpoint may have been lost in a crash.
+    volumes.punch_now(catalog.dead_records(), s["volume"])
     rec = replay(ns, volumes, s["volume"], s["offset"], s["seq"])
     return Pack(path, info["pack_id"], catalog, ns, volumes, rec)

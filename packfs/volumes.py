@@ -139,16 +139,21 @@ class Volumes:
     def _grow(self, fd: int, need: int, preferred: int, metadata: bool) -> int:
         """Preallocate towards preferred, at least to need; data leaves HEADROOM for the catalog."""
         st = self.disk.statvfs(self.directory)
-        spare = st.f_bavail * st.f_frsize - (0 if metadata else HEADROOM)
-        target = min(preferred, self.allocated + max(0, spare))
+        free = st.f_bavail * st.f_frsize
+        target = min(preferred, self.allocated + max(0, free - HEADROOM))
+        if target < need and metadata and need - self.allocated <= free:
+            target = need  # metadata may dip into the headroom, by no more than it needs
         if target < need:
             raise OSError(errno.ENOSPC, "the backing disk is full")
         self.disk.allocate(fd, self.allocated, target - self.allocated)
         return target
 
     async def _roll_over(self) -> None:
-        number, old, end = self.active + 1, self.active, self.tail
+        number = self.active + 1
         await trio.to_thread.run_sync(self._create, number)
+        # No await from here to the switch: a record reserved meanwhile must not land
+        # past the end we cut the old volume at.
+        old, end = self.active, self.tail
         self.active, self.tail, self.allocated = number, 0, 0
         # The old volume ends at its last record: give back what was preallocated past it.
         await trio.to_thread.run_sync(self.disk.truncate, self.fd(old), end)
@@ -326,27 +331,39 @@ class Volumes:
 
     # -- freeing ------------------------------------------------------------------
 
-    async def punch(self, keys: list[tuple[int, int, int]]) -> None:
-        """Return the blocks of dead records to the backing filesystem."""
+    async def punch(self, keys: list[tuple[int, int, int]], before_volume: int) -> None:
+        """Return the blocks of dead records to the backing filesystem, durably.
+
+        Volumes before `before_volume` (the checkpoint's) that are left with no data
+        are removed: no record can be reserved in them any more.
+        """
         if not keys:
             return
         for vol, off, rlen in keys:
             dropped = self._cache.pop((vol, off), None)
             if dropped is not None:
                 self._cache_bytes -= len(dropped)
-        await trio.to_thread.run_sync(self._punch, keys)
+        await trio.to_thread.run_sync(self.punch_now, keys, before_volume)
 
-    def _punch(self, keys: list[tuple[int, int, int]]) -> None:
+    def punch_now(self, keys: list[tuple[int, int, int]], before_volume: int) -> None:
+        """Punch (blocking; also used by recovery); punching a hole twice is harmless."""
+        present = set(self.existing())
+        touched = set()
         for vol, off, rlen in keys:
+            if vol not in present:
+                continue  # removed with its whole volume already
             size = records.footprint(rlen)
             try:
                 self.disk.punch_hole(self.fd(vol), off, size)
             except OSError as e:  # the space stays used; fsck --repair can punch it later
                 log.warning("punching %s at %d failed: %s", volume_name(vol), off, e)
                 continue
+            touched.add(vol)
             self.punched_bytes += size
-        for vol in {k[0] for k in keys} - {self.active}:
-            if not self.disk.has_data(self.fd(vol)):
+        for vol in sorted(touched):
+            self.disk.fdatasync(self.fd(vol))
+        for vol in touched:
+            if vol < before_volume and not self.disk.has_data(self.fd(vol)):
                 # Every record of this old volume is dead and punched: drop the file.
                 # Recovery never reads volumes before the checkpoint, and a lost unlink
                 # leaves only an empty file behind.
