@@ -293,6 +293,16 @@ def _open_catalog(path: str, writable: bool) -> Catalog:
     return cat
 
 
+def _dead_listed(catalog: Catalog) -> set[tuple[int, int, int]]:
+    """Records the last checkpoint listed as dead (to punch, again at mount if a crash lost it)."""
+    if not hasattr(catalog, "dead_records"):
+        return set()
+    try:
+        return {tuple(r) for r in catalog.dead_records()}  # type: ignore[misc]
+    except apsw.Error:
+        return set()  # a catalog older than the table
+
+
 def replay_tolerant(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq: int,
                     scan: Scan) -> tuple[tuple[int, int], list, int]:
     """Replay for repair when the log is damaged in a way a crash cannot cause.
@@ -408,8 +418,12 @@ def cross_check(ns: Namespace, scan: Scan, checkpoint: tuple[int, int], end: tup
                                      f"{owner}{_of(paths, r)}, {r.header.length} bytes no file refers to",
                                      keys=[fp]))
         elif r.header.rtype == records.META and (vol, off) < checkpoint:
-            found.append(Finding("stale-meta", f"volume {volume_name(vol)} @ {off}: journal record before the "
-                                 "checkpoint position was never punched", keys=[fp]))
+            if key in to_free:
+                found.append(Finding("dead-record", f"volume {volume_name(vol)} @ {off}: old journal record; "
+                                     "the next mount punches it", problem=False))
+            else:
+                found.append(Finding("stale-meta", f"volume {volume_name(vol)} @ {off}: journal record before the "
+                                     "checkpoint position was never punched", keys=[fp]))
     for vol, start, stop, reason in scan.garbage:
         if (vol, start) >= end:
             continue
@@ -646,7 +660,7 @@ def _check(packdir: str, disk: Disk, report: Report) -> _State:
                 "are if a power cut hit a group commit; if not, the record was damaged later and --repair "
                 "keeps them"))
             st.tolerant = True
-        to_free = set(ns.frees)
+        to_free = set(ns.frees) | _dead_listed(catalog)
         report.findings += cross_check(ns, scan, st.catalog_pos, st.end, to_free)
         report.files = sum(1 for n in ns if not n.is_dir)
         report.directories = sum(1 for n in ns if n.is_dir)
@@ -688,6 +702,7 @@ def _repair(packdir: str, disk: Disk, report: Report, first: _State, out: Callab
     vols = Volumes(disk, voldir, first.pack_id, 1 << 62, 0)
     try:
         s = catalog.settings
+        listed = _dead_listed(catalog)
         ns = load_namespace(catalog)
         replayed: list = []
         if not first.tolerant:
@@ -714,7 +729,7 @@ def _repair(packdir: str, disk: Disk, report: Report, first: _State, out: Callab
             vols.open_tail(end[0], end[1], seq)
         end = (vols.active, vols.tail)
         scan = scan_volumes(disk, vols)
-        findings = cross_check(ns, scan, (s["volume"], s["offset"]), end, set(ns.frees))
+        findings = cross_check(ns, scan, (s["volume"], s["offset"]), end, set(ns.frees) | listed)
         punch: list[tuple[int, int, int]] = []
         lost_found: Inode | None = None
 
@@ -785,15 +800,20 @@ def _repair(packdir: str, disk: Disk, report: Report, first: _State, out: Callab
         ns.catalog_changes.merge(ns.take_journal_changes())
         rows, removed, dirents, refs = journal.snapshot(ns, ns.take_catalog_changes())
         position = {"volume": vols.active, "offset": vols.tail, "seq": vols.seq, "next_ino": ns.next_ino}
-        catalog.checkpoint(rows, removed, dirents, refs, position)
+        # Everything to punch, as (volume, offset, bytes): dead records and damaged blocks.
+        todo = sorted({(v, o, records.footprint(n)) for v, o, n in [*ns.take_frees(), *replayed, *listed]} |
+                      {(v, o, -(-n // BLOCK) * BLOCK) for v, o, n in punch})
+        todo = [(v, o, n) for v, o, n in todo if (v, o) < end and v in scan.sizes]
+        dead = [(v, o, n - records.HEADER_SIZE) for v, o, n in todo]  # footprint(n - 48) == n
+        try:
+            catalog.checkpoint(rows, removed, dirents, refs, position, dead)
+        except TypeError:  # a catalog without the dead-records list
+            catalog.checkpoint(rows, removed, dirents, refs, position)
         did(f"wrote a catalog checkpoint at volume {volume_name(vols.active)} @ {vols.tail}")
         # Only now that nothing refers to them: punch dead records and damaged blocks.
-        dead = [(v, o, records.footprint(n)) for v, o, n in [*ns.take_frees(), *replayed]]
         touched = set()
-        for v, o, n in punch + dead:
-            if (v, o) >= end:
-                continue
-            n = min(n, scan.sizes.get(v, 0) - o) if v in scan.sizes else n
+        for v, o, n in todo:
+            n = min(n, scan.sizes[v] - o)
             if n <= 0:
                 continue
             disk.punch_hole(vols.fd(v), o, -(-n // BLOCK) * BLOCK)

@@ -190,8 +190,10 @@ def test_raw_crash_image_is_checked_without_writing(tmp_path: Path) -> None:
     assert after == {"/kept": b"k" * 20000}
 
 
-def test_lost_punches_are_found_and_repaired(tmp_path: Path) -> None:
-    """A checkpoint punched dead records, the power cut lost the punches: orphans; --repair punches them."""
+def test_unpunched_dead_records_listed_or_orphaned(tmp_path: Path) -> None:
+    """Dead records a checkpoint could not punch: listed in the catalog, a note (mount
+    punches them); no longer listed, orphans that --repair punches."""
+    import errno as E
     root = tmp_path / "pack"
     disk = FaultDisk(str(root))
 
@@ -202,19 +204,45 @@ def test_lost_punches_are_found_and_repaired(tmp_path: Path) -> None:
             await write_file(fs, f"/f{i}", bytes([i + 10]) * 5000)  # the first versions die
         fs.unlink(1, b"f3")
         await fs.fsync()
-        await fs.journal.checkpoint()  # punches them, never flushed
+        disk.inject("punch", E.EIO, times=None)  # as if the power failed right after the catalog commit
+        await fs.journal.checkpoint()
+        disk.clear_faults()
         return await tree(fs)
     before = run(root, disk, work, clean=False)
-    image, cut = disk.power_cut(mode="none")
-    assert cut.lost_punches
-    rep = check(root, image)
+    rep = check(root, disk)
+    assert rep.exit_code == 0, rep.lines
+    assert "dead-record" in {f.kind for f in rep.notes}, rep.lines
+    # Forget the list: what is left are orphans.
+    db = apsw.Connection(str(root / "catalog.sqlite"))
+    with db:
+        db.execute("DELETE FROM dead_records")
+    db.close()
+    rep = check(root, disk)
     assert rep.exit_code == 1
     assert kinds(rep) <= {"orphan-record", "stale-meta"} and "orphan-record" in kinds(rep), rep.lines
-    final, lines = repair(root, image)
+    final, lines = repair(root, disk)
     assert final.exit_code == 0, lines
-    assert any("punched" in line for line in lines), lines
-    assert check(root, image).exit_code == 0
-    assert run(root, image, tree) == before
+    assert check(root, disk).exit_code == 0 and not check(root, disk).notes
+    assert run(root, disk, tree) == before
+
+
+def test_mount_punches_what_the_last_checkpoint_listed(tmp_path: Path) -> None:
+    import errno as E
+    root = tmp_path / "pack"
+    disk = FaultDisk(str(root))
+
+    async def work(fs):
+        await write_file(fs, "/x", b"x" * 9000)
+        await write_file(fs, "/x", b"y" * 9000)
+        disk.inject("punch", E.EIO, times=None)
+        await fs.journal.checkpoint()
+        disk.clear_faults()
+    run(root, disk, work, clean=False)
+    assert check(root, disk).notes
+    image, _ = disk.power_cut(mode="none")
+    run(root, image, tree)
+    rep = check(root, image)
+    assert rep.exit_code == 0 and not rep.notes, rep.lines
 
 
 def test_damaged_commit_in_the_journal_keeps_later_commits(tmp_path: Path) -> None:
