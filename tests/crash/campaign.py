@@ -12,8 +12,9 @@ One run of a seed:
 2. Run N random operations -- create, open (O_TRUNC), write at offsets (append,
    overwrite, sparse), release, fsync, fsyncdir, truncate, chmod, utime, setxattr,
    removexattr, rename of files and directories (replacing, RENAME_EXCHANGE,
-   RENAME_NOREPLACE), link, unlink (also of open files), mkdir, rmdir, read, checkpoint
-   -- and finally a clean close. A model applies each successful operation and keeps,
+   RENAME_NOREPLACE), link, unlink (also of open files), mkdir, rmdir, read, checkpoint,
+   group commits (two or three tasks changing files and fsyncing at once) -- and finally
+   a clean close. Odd seeds also run the background checkpointer. A model applies each successful operation and keeps,
    per file and per directory entry, the history of its states. Every operation's start
    and end and every catalog checkpoint (a serialised copy of the SQLite database: a
    checkpoint transaction is atomic) are marked in the disk's trace.
@@ -30,8 +31,8 @@ One run of a seed:
      are each those of op i or later;
    - fsync(dir) acknowledged at op i: every entry of the directory names what it named
      at op i or later (no lost create, no resurrected unlink, no phantom name);
-   - rename is atomic: (source, target) is the state before or after it, never neither
-     and never a mixture;
+   - rename is atomic: the two names show a pair they showed together at some operation
+     boundary, never neither and never a mixture;
    - a clean close makes everything durable;
    - fsck of the recovered pack is clean (a dead record left unpunched, a leak, is a
      violation like any other finding), and fsck of the crashed image before recovery
@@ -45,6 +46,10 @@ One run of a seed:
 4. For some crash points, crash again *during* recovery (at every backing write and
    flush of the first recovery and its checkpoint) and recover again: the tree must be
    exactly the one a complete first recovery gives.
+5. For some flush points, kill -9 instead of a power cut: the unflushed writes stay in
+   the page cache (pending), the next mount recovers from them in the same boot, then a
+   power cut at every step of that recovery or after it, and a second recovery: the
+   contract must still hold for the first crash point.
 
 Run it directly for a long campaign (make crash-campaign SEEDS=N):
 
