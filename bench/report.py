@@ -205,7 +205,7 @@ def markdown(d: dict, title: str = "packfs benchmark") -> str:
         out.append("| " + " | ".join([*r[:8], r8]) + " |")
     det = rows(d, detail=True)
     if det:
-        out += ["", "## Latency detail (mean, p95, max)", ""]
+        out += ["", "## Detail rows (latency mean, p95, max; sweep ops/s and files/s)", ""]
         out.append("| " + " | ".join(HEAD[:7]) + " |")
         out.append("|" + "|".join("---" if i < 2 else "---:" for i in range(7)) + "|")
         for r in det:
