@@ -51,11 +51,12 @@ def footprint(payload_length: int) -> int:
     return -(-(HEADER_SIZE + payload_length) // BLOCK) * BLOCK
 
 
-def encode(rtype: int, seq: int, ino: int, offset: int, payload: bytes, pack_id: int) -> bytes:
-    """The record's bytes, padded to its footprint."""
-    head = HEADER.pack(MAGIC, rtype, 0, 0, seq, ino, offset, len(payload), zlib.crc32(payload), pack_id)
-    pad = footprint(len(payload)) - HEADER_SIZE - len(payload)
-    return b"".join((head, _CRC.pack(zlib.crc32(head)), payload, bytes(pad)))
+def encode(rtype: int, seq: int, ino: int, offset: int, payload: bytes | bytearray | memoryview,
+           pack_id: int) -> bytes:
+    """The record's bytes, padded to its footprint (the one copy of the payload)."""
+    n = len(payload)
+    head = HEADER.pack(MAGIC, rtype, 0, 0, seq, ino, offset, n, zlib.crc32(payload), pack_id)
+    return b"".join((head, _CRC.pack(zlib.crc32(head)), payload, bytes(footprint(n) - HEADER_SIZE - n)))
 
 
 def decode_header(buf: bytes, pack_id: int) -> Header:

@@ -62,6 +62,7 @@ class Volumes:
         self.seq = 1
         self.broken = 0  # errno that broke the log, or 0
         self.appended = 0  # bytes appended since this mount
+        self.queued_bytes = 0  # bytes reserved and not yet written
         self.writes = 0  # pwrite calls
         self.flushes = 0  # fdatasync batches
         self.punched_bytes = 0
@@ -182,6 +183,7 @@ class Volumes:
         self._next_ticket += 1
         self._queue.append(_Queued(ticket, vol, off, data, sync))
         self._inflight[(vol, off)] = data
+        self.queued_bytes += len(data)
         self._wakeup.set()
         return vol, off, ticket
 
@@ -209,9 +211,6 @@ class Volumes:
         if self.broken:
             raise FsError(errno.EIO, "write to the backing disk failed")
 
-    @property
-    def queued_bytes(self) -> int:
-        return sum(len(d) for d in self._inflight.values())
 
     async def run(self) -> None:
         """The appender: write queued records in log order, flush when asked."""
@@ -228,6 +227,7 @@ class Volumes:
                 for q in batch:
                     if q.offset >= 0:
                         self._inflight.pop((q.volume, q.offset), None)
+                        self.queued_bytes -= len(q.data)
                 tickets = [q.ticket for q in batch if q.ticket]
                 if tickets and not self.broken:
                     self._written = max(self._written, max(tickets))
@@ -248,7 +248,7 @@ class Volumes:
         def write_run() -> None:
             if parts:
                 t0 = time.perf_counter_ns()
-                self.disk.pwrite(self.fd(run_vol), b"".join(parts), run_off)
+                self.disk.pwrite(self.fd(run_vol), parts[0] if len(parts) == 1 else b"".join(parts), run_off)
                 self.timings.record("disk_write", time.perf_counter_ns() - t0)
                 self.writes += 1
 

@@ -69,8 +69,9 @@ class WriteBehind:
         if buf is None:
             return
         whole = len(buf.data) // self.chunk_size * self.chunk_size
-        for pos in range(0, whole, self.chunk_size):
-            self._append(node, buf.start + pos, bytes(buf.data[pos:pos + self.chunk_size]))
+        with memoryview(buf.data) as view:  # one copy per chunk, into the record
+            for pos in range(0, whole, self.chunk_size):
+                self._append(node, buf.start + pos, view[pos:pos + self.chunk_size])
         if whole:
             del buf.data[:whole]
             buf.start += whole
@@ -84,7 +85,7 @@ class WriteBehind:
         buf = node.wbuf
         if buf is None:
             return
-        self._append(node, buf.start, bytes(buf.data))
+        self._append(node, buf.start, buf.data)
         self.dirty_bytes -= len(buf.data)
         self._drop(node)
 
@@ -97,7 +98,7 @@ class WriteBehind:
         return sum(records.footprint(len(n.wbuf.data)) for n in self.dirty.values() if n.wbuf) + \
             len(self.dirty) * records.BLOCK
 
-    def _append(self, node: Inode, offset: int, payload: bytes) -> None:
+    def _append(self, node: Inode, offset: int, payload: bytes | bytearray | memoryview) -> None:
         vol, roff, _ = self.volumes.append(records.DATA, node.ino, offset, payload)
         self.ns.map_extent(node, (offset, len(payload), vol, roff, 0, len(payload)))
 
