@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import report as rep
 from .results import Results, load
-from .testbed import FS_ORDER, Testbed, cleanup_stale, packfs_available
+from .testbed import FS_ORDER, Testbed, packfs_available
 from .util import REPO, log
 
 PARTS = ("fio", "swift", "scale")

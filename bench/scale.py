@@ -27,7 +27,7 @@ from pathlib import Path
 from . import cgroup
 from . import swiftobj as so
 from .results import Results
-from .util import REPO, drop_caches, latency_summary, log, rss_bytes
+from .util import REPO, drop_caches, log, rss_bytes
 
 
 def _build_worker(root: str, start: int, step: int, n: int, size: int, ts: str, done) -> None:

@@ -9,13 +9,14 @@ import os
 import subprocess
 import sys
 import time
+from typing import NoReturn
 
 from . import __version__, control, pack
 from .disk import Disk
 from .options import OptionError, Options
 
 
-def die(message: str) -> "NoReturn":  # type: ignore[name-defined]
+def die(message: str) -> NoReturn:
     print(f"packfs: {message}", file=sys.stderr)
     sys.exit(1)
 

@@ -6,7 +6,6 @@ Every method is either synchronous (served from memory) or awaits only the store
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import stat
 import time
@@ -23,7 +22,6 @@ from .options import Options
 from .pack import Pack
 from .writeback import WriteBehind
 
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -183,12 +181,7 @@ class Filesystem:
             self._forget_if_unused(node)
             return
         if node.wbuf is not None and node.opens == 0:
-            try:
-                await self.volumes.ensure_space(records.footprint(len(node.wbuf.data)))
-            except FsError as e:
-                log.warning("inode %d stays buffered at release: %s", node.ino, e)
-                return
-            self.wb.flush(node)
+            self.wb.flush(node)  # its space was held when it was written
 
     async def fsync(self) -> None:
         await self.journal.commit()

@@ -106,19 +106,12 @@ class Journal:
 
     async def commit(self) -> None:
         """Make every change so far durable (fsync, fsyncdir)."""
-        await self._make_room()
+        await self.volumes.ensure_space(records.BLOCK, metadata=True)  # buffered data holds its own
         self._stage()
         await self.volumes.wait_durable(self.volumes.last_ticket)
         if self.volumes.appended - self._appended_at_checkpoint > self.checkpoint_bytes or \
                 len(self.ns.catalog_changes.inodes) > 200_000 or len(self.ns.frees) > 4096:
             self._checkpoint_wanted.set()
-
-    async def _make_room(self) -> None:
-        """Space for buffered data (as data) and for one META (as metadata)."""
-        data = self.wb.footprint()
-        if data:
-            await self.reclaiming(self.volumes.ensure_space, data)
-        await self.volumes.ensure_space(records.BLOCK, metadata=True)
 
     async def reclaiming(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """Run fn; on ENOSPC, checkpoint to punch what died, then run it once more."""
@@ -127,20 +120,13 @@ class Journal:
         except FsError as e:
             if e.errno != errno.ENOSPC or not (self.ns.frees or self._metas):
                 raise
-        await self.checkpoint(reclaim=True)
+        await self.checkpoint()
         return await fn(*args, **kwargs)
 
-    async def checkpoint(self, reclaim: bool = False) -> None:
-        """Commit, write the catalog, then punch the records that died before it.
-
-        To reclaim space on a full disk, the buffered data it must flush first may
-        take from the catalog's headroom what it needs: the punches give back more.
-        """
+    async def checkpoint(self) -> None:
+        """Commit, write the catalog, then punch the records that died before it."""
         async with self._checkpoint_lock:
             started = time.monotonic()
-            data = self.wb.footprint()
-            if data:
-                await self.volumes.ensure_space(data, metadata=reclaim)
             await self.volumes.ensure_space(records.BLOCK, metadata=True)
             self._stage()
             position = {"volume": self.volumes.active, "offset": self.volumes.tail,

@@ -63,6 +63,7 @@ class Volumes:
         self.broken = 0  # errno that broke the log, or 0
         self.appended = 0  # bytes appended since this mount
         self.queued_bytes = 0  # bytes reserved and not yet written
+        self.reserved = 0  # space promised to buffered writes (writeback.WriteBehind)
         self.writes = 0  # pwrite calls
         self.flushes = 0  # fdatasync batches
         self.punched_bytes = 0
@@ -117,17 +118,21 @@ class Volumes:
 
     # -- space ------------------------------------------------------------------
 
+    def has_room(self, nbytes: int) -> bool:
+        """True if nbytes of data can be appended now without growing the volume."""
+        return not self.broken and self.tail + self.reserved + nbytes + META_RESERVE <= self.allocated
+
     async def ensure_space(self, nbytes: int, metadata: bool = False) -> None:
         """Make sure the next nbytes of appends have disk space, or raise ENOSPC."""
         if self.broken:
             raise FsError(errno.EIO, "the volume log is broken by an earlier I/O error")
         keep = 0 if metadata else META_RESERVE
-        if self.tail + nbytes + keep <= self.allocated:
+        if self.tail + self.reserved + nbytes + keep <= self.allocated:
             return
         async with self._grow_lock:
             if self.tail + nbytes > self.volume_size and self.tail > 0:
                 await self._roll_over()
-            need = self.tail + nbytes + keep
+            need = self.tail + self.reserved + nbytes + keep
             if need <= self.allocated:
                 return
             preferred = max(need, min(self.allocated + PREALLOC_STEP, self.volume_size + META_RESERVE))

@@ -18,11 +18,12 @@ from .volumes import Volumes
 
 
 class Buffer:
-    __slots__ = ("start", "data")
+    __slots__ = ("start", "data", "reserved")
 
     def __init__(self, start: int) -> None:
         self.start = start
         self.data = bytearray()
+        self.reserved = 0  # volume space held for this run until it is flushed
 
     @property
     def end(self) -> int:
@@ -39,29 +40,50 @@ class WriteBehind:
         self.dirty_bytes = 0
 
     async def write(self, node: Inode, offset: int, data: bytes) -> int:
+        """Buffer a write, holding volume space for it: ENOSPC here, never at flush.
+
+        A write that fails leaves the file as it was, so later commits do not
+        inherit its bytes (ext4's delayed allocation reserves blocks the same way).
+        """
         while True:
             buf = node.wbuf
-            if buf is None or buf.start <= offset <= buf.end:
-                break
-            await self.volumes.ensure_space(records.footprint(len(buf.data)))
-            if node.wbuf is buf:
-                self.flush(node)
+            if buf is not None and not (buf.start <= offset <= buf.end):
+                self.flush(node)  # its space is held already
+                continue
+            start = offset if buf is None else buf.start
+            end = offset + len(data) if buf is None else max(buf.end, offset + len(data))
+            need = self._cost(end - start) - (buf.reserved if buf else 0)
+            if need > 0 and not self.volumes.has_room(need):
+                await self.volumes.ensure_space(need)
+                continue  # the run may have moved on while we waited
+            break
         if buf is None:
             buf = node.wbuf = Buffer(offset)
             self.dirty[node.ino] = node
         pos = offset - buf.start
         grown = max(0, pos + len(data) - len(buf.data))
         buf.data[pos:pos + len(data)] = data
+        self._hold(buf)
         self.dirty_bytes += grown
         node.size = max(node.size, offset + len(data))
         node.mtime = node.ctime = time.time_ns()
         self.ns.touch(node)
         if len(buf.data) >= self.chunk_size:
-            await self.volumes.ensure_space(records.footprint(self.chunk_size) * (len(buf.data) // self.chunk_size))
             self._flush_chunks(node)
         if self.dirty_bytes + self.volumes.queued_bytes > self.max_dirty:
             await self.volumes.wait_written(self.volumes.last_ticket)
         return len(data)
+
+    def _cost(self, n: int) -> int:
+        """Volume bytes n buffered bytes take once flushed: whole chunks, then the rest."""
+        chunks, rest = divmod(n, self.chunk_size)
+        return chunks * records.footprint(self.chunk_size) + (records.footprint(rest) if rest else 0)
+
+    def _hold(self, buf: Buffer) -> None:
+        """Bring the space held for a run in line with its size."""
+        cost = self._cost(len(buf.data))
+        self.volumes.reserved += cost - buf.reserved
+        buf.reserved = cost
 
     def _flush_chunks(self, node: Inode) -> None:
         """Append the whole chunks of a file's run; keep the tail buffered."""
@@ -76,6 +98,7 @@ class WriteBehind:
             del buf.data[:whole]
             buf.start += whole
             self.dirty_bytes -= whole
+            self._hold(buf)
         if not buf.data:
             self._drop(node)
 
@@ -93,16 +116,13 @@ class WriteBehind:
         for node in list(self.dirty.values()):
             self.flush(node)
 
-    def footprint(self) -> int:
-        """Disk bytes a flush of everything buffered would take."""
-        return sum(records.footprint(len(n.wbuf.data)) for n in self.dirty.values() if n.wbuf) + \
-            len(self.dirty) * records.BLOCK
-
     def _append(self, node: Inode, offset: int, payload: bytes | bytearray | memoryview) -> None:
         vol, roff, _ = self.volumes.append(records.DATA, node.ino, offset, payload)
         self.ns.map_extent(node, (offset, len(payload), vol, roff, 0, len(payload)))
 
     def _drop(self, node: Inode) -> None:
+        if node.wbuf is not None:
+            self.volumes.reserved -= node.wbuf.reserved
         node.wbuf = None
         self.dirty.pop(node.ino, None)
 
@@ -121,6 +141,7 @@ class WriteBehind:
                 cut = buf.end - size
                 del buf.data[size - buf.start:]
                 self.dirty_bytes -= cut
+                self._hold(buf)
         if size < node.size:
             self.ns.truncate_extents(node, size)
         node.size = size

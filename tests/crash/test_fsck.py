@@ -12,7 +12,7 @@ import pytest
 from faultdisk import FaultDisk
 from packfs import fsck, pack, records
 from packfs.disk import Disk
-from packs import KiB, read_file, run, tree, write_file
+from packs import KiB, run, tree, write_file
 
 WRITES = ("pwrite", "truncate", "punch", "allocate", "fdatasync", "create", "fsync_dir")
 

@@ -1,7 +1,6 @@
 """Stock Swift's object server HTTP API, directly, on a packfs device."""
 from __future__ import annotations
 
-import json
 import os
 import pickle
 
