@@ -35,14 +35,20 @@ MARSHAL_VERSION = 4
 T = TypeVar("T")
 
 
-def encode(ns: Namespace, changes: Changes) -> bytes:
-    """A META payload: (inode rows, removed inodes, dirents, shared-record counts, next ino)."""
-    return marshal.dumps((*snapshot(ns, changes), ns.next_ino), MARSHAL_VERSION)
+def encode(ns: Namespace, changes: Changes, durable: tuple[int, int]) -> bytes:
+    """A META payload: (inode rows, removed inodes, dirents, shared-record counts, next ino,
+    the log position known flushed when it was written)."""
+    return marshal.dumps((*snapshot(ns, changes), ns.next_ino, durable), MARSHAL_VERSION)
+
+
+def durable_position(payload: bytes) -> tuple[int, int]:
+    """Where the log was known flushed when a META was written: damage before it is not a torn tail."""
+    return tuple(marshal.loads(payload)[5])  # type: ignore[return-value]
 
 
 def apply(ns: Namespace, payload: bytes) -> None:
     """Replay one META payload onto the namespace (recovery)."""
-    rows, removed, dirents, refs, next_ino = marshal.loads(payload)
+    rows, removed, dirents, refs, next_ino = marshal.loads(payload)[:5]
     changed = ns.catalog_changes
     for row in rows:
         ns.load_inode(row)
@@ -94,7 +100,7 @@ class Journal:
         self.wb.flush_all()
         changes = self.ns.take_journal_changes()
         if changes:
-            payload = encode(self.ns, changes)
+            payload = encode(self.ns, changes, self.volumes.durable_pos)
             vol, off, _ = self.volumes.append(records.META, 0, 0, payload, sync=True)
             self._metas.append((vol, off, len(payload)))
             self.commits += 1

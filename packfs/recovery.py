@@ -94,6 +94,36 @@ def _record_keys(node: object) -> set:
     return {(e[2], e[3], e[5]) for e in extents or ()}
 
 
+def _damaged(vol: int, pos: int) -> str:
+    return (f"volume {vol} is damaged at offset {pos}, and commits acknowledged after it follow; "
+            "mount would lose them: run packfs fsck --repair")
+
+
+def _acknowledged_after(volumes: Volumes, vol: int, pos: int) -> bool:
+    """True if an intact commit past (vol, pos) says the log there had been flushed.
+
+    Then what stopped the log at (vol, pos) is damage, not the torn tail of a crash,
+    and cutting the log there would drop acknowledged commits.
+    """
+    disk, fd = volumes.disk, volumes.fd(vol)
+    size = disk.size(fd)
+    chunk = 1 << 20
+    start = pos + records.BLOCK
+    for base in range(start, size, chunk):
+        buf = disk.pread(fd, min(chunk, size - base), base)
+        for at in range(0, len(buf) - records.HEADER_SIZE + 1, records.BLOCK):
+            try:
+                header = records.decode_header(buf[at:at + records.HEADER_SIZE], volumes.pack_id)
+                if header.rtype != records.META:
+                    continue
+                _, payload = read_record(disk, fd, base + at, volumes.pack_id, size, with_payload=True)
+            except records.RecordError:
+                continue
+            if journal.durable_position(payload) > (vol, pos):  # type: ignore[arg-type]
+                return True
+    return False
+
+
 def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq: int) -> Recovery:
     """Apply the intact journal after (start_vol, start_off); cut the log after it."""
     began = time.monotonic()
@@ -106,6 +136,7 @@ def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq:
     # records of every inode a commit rewrote, as the checkpoint had them. (owner ino, key, position)
     candidates: list[tuple[int, tuple[int, int, int], tuple[int, int]]] = []
     seen: set[int] = set()
+    stop: tuple[int, int] | None = None  # where the log last stopped (a hole or damage)
     for vol in [v for v in volumes.existing() if v >= start_vol]:
         fd = volumes.fd(vol)
         size = disk.size(fd)
@@ -121,7 +152,9 @@ def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq:
                                   "run packfs fsck")
             # The previous volume ended cleanly and this one starts with a record: the log
             # rolled over, which it does only after flushing the previous volume.
-            stopped = False
+            if stop is not None and _acknowledged_after(volumes, *stop):
+                raise PackDamaged(_damaged(*stop))
+            stopped, stop = False, None
         while True:
             try:
                 header, payload = read_record(disk, fd, pos, pack_id, size, with_payload=False)
@@ -143,10 +176,13 @@ def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq:
                     candidates.append((header.ino, (vol, pos, header.length), (vol, pos)))
             except records.RecordError:
                 stopped = True
+                stop = (vol, pos)
                 clean = _hole(disk, fd, pos, size)
                 break
             seq = max(seq, header.seq + 1)
             pos += header.footprint
+    if stop is not None and _acknowledged_after(volumes, *stop):
+        raise PackDamaged(_damaged(*stop))
     # Cut off what follows the last intact commit: it was never acknowledged.
     flushed = set()
     for vol in [v for v in volumes.existing() if v >= end_vol]:

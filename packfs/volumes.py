@@ -64,6 +64,7 @@ class Volumes:
         self.appended = 0  # bytes appended since this mount
         self.queued_bytes = 0  # bytes reserved and not yet written
         self.reserved = 0  # space promised to buffered writes (writeback.WriteBehind)
+        self.durable_pos = (0, 0)  # (volume, offset): the log before it is flushed
         self.writes = 0  # pwrite calls
         self.flushes = 0  # fdatasync batches
         self.punched_bytes = 0
@@ -102,6 +103,7 @@ class Volumes:
         """Continue the log at (active, tail); called once recovery found the end."""
         self.active, self.tail, self.seq = active, tail, seq
         self._last_meta_end = {active: tail}
+        self.durable_pos = (active, tail)
         if active not in self.existing():
             self._create(active)
         self.allocated = self.disk.size(self.fd(active))
@@ -238,6 +240,8 @@ class Volumes:
                     self._written = max(self._written, max(tickets))
                     if any(q.sync for q in batch):
                         self._synced = self._written
+                        last = max((q.volume, q.offset + len(q.data)) for q in batch if q.offset >= 0)
+                        self.durable_pos = max(self.durable_pos, last)
                 elif not tickets and not self.broken and any(q.sync for q in batch):
                     self._synced = self._written
                 self._progress.set()
