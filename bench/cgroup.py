@@ -8,6 +8,7 @@ Without either, the cgroup runs are skipped and the report says so.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -80,6 +81,16 @@ class MemCgroup:
 
     def add(self, pid: int) -> None:
         (self.path / "cgroup.procs").write_text(str(pid))
+
+    @contextlib.contextmanager
+    def joined(self):
+        """Run the body with this process inside the cgroup, so that children it starts
+        (a packfs daemon, an object server) are born there; leave it afterwards."""
+        self.add(os.getpid())
+        try:
+            yield self
+        finally:
+            self.parent_procs.write_text(str(os.getpid()))
 
     def procs_file(self) -> str:
         return str(self.path / "cgroup.procs")
