@@ -41,9 +41,6 @@ class Pack:
     volumes: Volumes
     recovery: Recovery
 
-    def file(self, name: str) -> str:
-        return os.path.join(self.path, name)
-
 
 def read_marker(path: str) -> dict:
     marker = os.path.join(path, MARKER)
