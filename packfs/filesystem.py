@@ -52,8 +52,9 @@ class Filesystem:
         self.started = time.time()
 
     async def start(self, nursery: trio.Nursery) -> None:
-        """Run the appender and checkpointer; checkpoint at once if recovery changed anything."""
+        """Run the appender, preallocator and checkpointer; checkpoint at once if recovery changed anything."""
         nursery.start_soon(self.volumes.run)
+        nursery.start_soon(self.volumes.run_preallocator)
         nursery.start_soon(self.journal.run_checkpointer)
         if self.pack.recovery.changed:
             await self.journal.checkpoint()

@@ -31,6 +31,8 @@ from .stats import OpStats
 log = logging.getLogger(__name__)
 
 PREALLOC_STEP = 64 << 20
+PREALLOC_AHEAD = PREALLOC_STEP // 2  # grow in the background once less than this is left
+ZERO_FLUSH_STEP = 1 << 20  # zeros are flushed in small steps, so a commit never waits behind many
 META_RESERVE = 4 << 20  # preallocated volume space only metadata may use
 HEADROOM = 32 << 20  # backing-disk space data never takes, so the catalog can checkpoint
 
@@ -82,6 +84,7 @@ class Volumes:
         self._cache_max = cache_bytes
         self._loading: dict[tuple[int, int], trio.Event] = {}
         self._grow_lock = trio.Lock()
+        self._grow_wanted = trio.Event()
         self._last_written_volume = 0
 
     # -- opening --------------------------------------------------------------
@@ -145,7 +148,12 @@ class Volumes:
                 raise FsError(e.errno or errno.EIO, "cannot grow the active volume") from e
 
     def _grow(self, fd: int, need: int, preferred: int, metadata: bool) -> int:
-        """Preallocate towards preferred, at least to need; data leaves HEADROOM for the catalog."""
+        """Preallocate towards preferred, at least to need; data leaves HEADROOM for the catalog.
+
+        Zeros are written and flushed step by step: appends into written, flushed blocks
+        let a commit's fdatasync flush data alone (no extent conversion, no size change),
+        and no commit ever has to flush a large run of fresh zeros.
+        """
         st = self.disk.statvfs(self.directory)
         free = st.f_bavail * st.f_frsize
         target = min(preferred, self.allocated + max(0, free - HEADROOM))
@@ -153,8 +161,35 @@ class Volumes:
             target = need  # metadata may dip into the headroom, by no more than it needs
         if target < need:
             raise OSError(errno.ENOSPC, "the backing disk is full")
-        self.disk.allocate(fd, self.allocated, target - self.allocated)
+        for pos in range(self.allocated, target, ZERO_FLUSH_STEP):
+            self.disk.allocate(fd, pos, min(ZERO_FLUSH_STEP, target - pos))
+            self.disk.fdatasync(fd)
         return target
+
+    async def run_preallocator(self) -> None:
+        """Background: keep PREALLOC_AHEAD of prepared space ahead of the tail.
+
+        Appends then rarely wait for a grow, and the zero-filling competes with them only
+        as background I/O. Never rolls over (that is the appenders' decision) and never
+        raises: a writer that finds no room grows or hears ENOSPC itself.
+        """
+        while True:
+            await self._grow_wanted.wait()
+            self._grow_wanted = trio.Event()
+            async with self._grow_lock:
+                limit = self.volume_size + META_RESERVE
+                if self.broken or self._room() >= PREALLOC_AHEAD or self.allocated >= limit:
+                    continue
+                try:
+                    self.allocated = await trio.to_thread.run_sync(
+                        self._grow, self.fd(self.active), self.allocated + records.BLOCK,
+                        min(self.allocated + PREALLOC_STEP, limit), False)
+                except OSError as e:
+                    log.debug("background preallocation stopped: %s", e)
+
+    def _room(self) -> int:
+        """Prepared bytes past the tail that no buffered write has claimed."""
+        return self.allocated - self.tail - self.reserved
 
     async def _roll_over(self) -> None:
         number = self.active + 1
@@ -192,6 +227,8 @@ class Volumes:
         self._inflight[(vol, off)] = data
         self.queued_bytes += len(data)
         self._wakeup.set()
+        if self._room() < PREALLOC_AHEAD:
+            self._grow_wanted.set()
         return vol, off, ticket
 
     @property
