@@ -348,7 +348,7 @@ def paths_of(ns: Namespace) -> dict[int, list[str]]:
         node = ns.inodes.get(ino)
         if node is None or node.entries is None:
             continue
-        for name, child in sorted(node.entries.items()):
+        for name, child in sorted(node.children()):
             p = prefix + "/" + name.decode("utf-8", "surrogateescape")
             lst = out.setdefault(child, [])
             if len(lst) < 4:
@@ -448,7 +448,7 @@ def cross_check(ns: Namespace, scan: Scan, checkpoint: tuple[int, int], end: tup
     for node in ns:
         if node.entries is None:
             continue
-        for name, child in node.entries.items():
+        for name, child in node.children():
             c = ns.inodes.get(child)
             if c is None:
                 found.append(Finding("dangling-entry", f"{_name(paths, node.ino)}: entry {name!r} names inode "
@@ -774,9 +774,9 @@ def _repair(packdir: str, disk: Disk, report: Report, first: _State, out: Callab
                 punch += f.keys
             elif f.kind == "dangling-entry":
                 d = ns.inodes[f.ino]
-                for name, child in list((d.entries or {}).items()):
+                for name, child in d.children() if d.entries is not None else []:
                     if child not in ns.inodes:
-                        del d.entries[name]  # type: ignore[union-attr]
+                        d.del_child(name)
                         ns._touch_dirent(d.ino, name)
                         ns.touch(d)
                         did(f"removed the entry {name!r} of {_name(paths, d.ino)} (inode {child} does not exist)")
@@ -840,13 +840,13 @@ def _move_to_lost_found(ns: Namespace, node: Inode, lf: Inode) -> None:
     for d in list(ns):
         if d.entries is None:
             continue
-        for name, child in list(d.entries.items()):
+        for name, child in d.children():
             if child == node.ino:
-                del d.entries[name]
+                d.del_child(name)
                 ns._touch_dirent(d.ino, name)
                 ns.touch(d)
     name = f"#{node.ino}".encode()
-    lf.entries[name] = node.ino  # type: ignore[index]
+    lf.set_child(name, node.ino)
     ns._touch_dirent(lf.ino, name)
     ns.touch(lf)
     if node.is_dir:
@@ -859,7 +859,7 @@ def _fix_links(ns: Namespace, did: Callable[[str], None]) -> None:
     names: dict[int, int] = defaultdict(int)
     subdirs: dict[int, int] = defaultdict(int)
     for d in ns:
-        for name, child in (d.entries or {}).items():
+        for name, child in d.children() if d.entries is not None else []:
             names[child] += 1
             c = ns.inodes.get(child)
             if c is not None and c.is_dir:

@@ -25,10 +25,12 @@ RENAME_EXCHANGE = 2
 # (ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, xattrs, extents, parent)
 # with xattrs and extents in their packed forms (see pack_xattrs and pack_extents).
 InodeRow = tuple
+Entries = tuple | dict | None  # see Inode
 
 _EXTENT = struct.Struct("<QIIQII")
 _XHEAD = struct.Struct("<HI")
 PACKED_EXTENTS_MAX = 8  # longer extent lists stay Python lists: cheap to edit
+_MODES: dict[int, int] = {}  # one shared object per distinct mode (see Inode.from_row)
 
 
 def pack_extents(extents: list | None) -> bytes | None:
@@ -70,6 +72,11 @@ class Inode:
     edited: most inodes are written once and then only read or listed. The `xattrs`
     and `extents` properties unpack in place so callers may edit what they get; the
     namespace packs them again after each edit.
+
+    A directory's `entries` are () when it is empty, one (name, ino) pair when it holds
+    one name, and a dict beyond that: most of Swift's suffix and hash directories hold
+    one name, and a dict costs about 250 B where the pair costs 72. Use the child
+    methods rather than `entries` itself; `entries` is None for non-directories.
     """
 
     __slots__ = ("ino", "mode", "uid", "gid", "nlink", "size", "atime", "mtime", "ctime", "rdev",
@@ -87,11 +94,44 @@ class Inode:
         self.target: bytes | None = None
         self._xattrs: bytes | dict[bytes, bytes] | None = None
         self._extents: bytes | list[ext.Extent] | None = b"" if stat.S_ISREG(mode) else None
-        self.entries: dict[bytes, int] | None = {} if stat.S_ISDIR(mode) else None
+        self.entries: Entries = () if stat.S_ISDIR(mode) else None
         self.parent = 0
         self.opens = 0  # open file handles
         self.lookups = 0  # the kernel's references (FUSE lookup count), dropped by forget
         self.wbuf = None  # writeback.Buffer while the file has unflushed data
+
+    # -- directory entries ----------------------------------------------------------
+
+    def child(self, name: bytes) -> int | None:
+        e = self.entries
+        if type(e) is dict:
+            return e.get(name)
+        return e[1] if e and e[0] == name else None  # type: ignore[index,return-value]
+
+    def children(self) -> list[tuple[bytes, int]]:
+        e = self.entries
+        if type(e) is dict:
+            return list(e.items())
+        return [e] if e else []  # type: ignore[list-item]
+
+    def set_child(self, name: bytes, ino: int) -> None:
+        e = self.entries
+        if type(e) is dict:
+            e[name] = ino
+        elif not e or e[0] == name:  # type: ignore[index]
+            self.entries = (name, ino)
+        else:
+            self.entries = {e[0]: e[1], name: ino}  # type: ignore[index]
+
+    def del_child(self, name: bytes) -> None:
+        """Remove a name if present, shrinking back to the compact forms."""
+        e = self.entries
+        if type(e) is dict:
+            e.pop(name, None)
+            if len(e) <= 1:
+                self.entries = next(iter(e.items())) if e else ()
+        elif e and e[0] == name:  # type: ignore[index]
+            self.entries = ()
 
     @property
     def is_dir(self) -> bool:
@@ -166,9 +206,15 @@ class Inode:
     @classmethod
     def from_row(cls, row: InodeRow) -> "Inode":
         node = cls.__new__(cls)
-        (node.ino, node.mode, node.uid, node.gid, node.nlink, node.size, node.atime, node.mtime,
-         node.ctime, node.rdev, node.target, node._xattrs, node._extents, node.parent) = row
-        node.entries = {} if stat.S_ISDIR(node.mode) else None
+        (node.ino, mode, node.uid, node.gid, node.nlink, node.size, atime, mtime,
+         ctime, node.rdev, node.target, node._xattrs, node._extents, node.parent) = row
+        # Each integer read from a row is an object of its own (28-32 B): share the few
+        # distinct modes, and one time object where times are equal (they mostly are).
+        node.mode = _MODES.setdefault(mode, mode)
+        node.mtime = mtime
+        node.ctime = mtime if ctime == mtime else ctime
+        node.atime = mtime if atime == mtime else atime
+        node.entries = () if stat.S_ISDIR(mode) else None
         node.opens = node.lookups = 0
         node.wbuf = None
         return node
@@ -219,17 +265,17 @@ class Namespace:
         node = Inode.from_row(row)
         if node.is_dir:
             old = self.inodes.get(node.ino)
-            node.entries = old.entries if old is not None and old.entries is not None else {}
+            node.entries = old.entries if old is not None and old.entries is not None else ()
         self.inodes[node.ino] = node
         self.next_ino = max(self.next_ino, node.ino + 1)
 
     def load_dirent(self, parent: int, name: bytes, ino: int | None) -> None:
-        entries = self.inodes[parent].entries
-        assert entries is not None
+        d = self.inodes[parent]
+        assert d.entries is not None
         if ino is None:
-            entries.pop(name, None)
+            d.del_child(name)
         else:
-            entries[name] = ino
+            d.set_child(name, ino)
 
     def drop_inode(self, ino: int) -> None:
         self.inodes.pop(ino, None)
@@ -263,7 +309,7 @@ class Namespace:
 
     def dirent(self, parent: int, name: bytes) -> int | None:
         node = self.inodes.get(parent)
-        return node.entries.get(name) if node is not None and node.entries is not None else None
+        return node.child(name) if node is not None and node.entries is not None else None
 
     # -- reads ----------------------------------------------------------------
 
@@ -287,11 +333,11 @@ class Namespace:
             return d
         if name == b"..":
             return self.inodes[d.parent]
-        ino = d.entries.get(name)  # type: ignore[union-attr]
+        ino = d.child(name)
         return self.inodes[ino] if ino is not None else None
 
     def listdir(self, ino: int) -> list[tuple[bytes, int]]:
-        return list(self.dir(ino).entries.items())  # type: ignore[union-attr]
+        return self.dir(ino).children()
 
     def getxattr(self, ino: int, name: bytes) -> bytes:
         value = self.get(ino).getxattr(name)
@@ -318,18 +364,18 @@ class Namespace:
         d = self.dir(parent)
         if d.nlink == 0:
             raise enoent()  # a removed directory accepts no new entries
-        if name in d.entries:  # type: ignore[operator]
+        if d.child(name) is not None:
             raise FsError(errno.EEXIST)
         return d
 
     def _link_entry(self, d: Inode, name: bytes, node: Inode, now: int) -> None:
-        d.entries[name] = node.ino  # type: ignore[index]
+        d.set_child(name, node.ino)
         d.mtime = d.ctime = now
         self._touch(d)
         self._touch_dirent(d.ino, name)
 
     def _unlink_entry(self, d: Inode, name: bytes, now: int) -> None:
-        del d.entries[name]  # type: ignore[union-attr]
+        d.del_child(name)
         d.mtime = d.ctime = now
         self._touch(d)
         self._touch_dirent(d.ino, name)
@@ -472,8 +518,8 @@ class Namespace:
 
     def _exchange(self, od: Inode, old_name: bytes, src: Inode, nd: Inode, new_name: bytes, dst: Inode) -> None:
         now = time.time_ns()
-        od.entries[old_name] = dst.ino  # type: ignore[index]
-        nd.entries[new_name] = src.ino  # type: ignore[index]
+        od.set_child(old_name, dst.ino)
+        nd.set_child(new_name, src.ino)
         for d, name in ((od, old_name), (nd, new_name)):
             d.mtime = d.ctime = now
             self._touch(d)

@@ -45,9 +45,13 @@ def load_namespace(catalog: Catalog) -> Namespace:
     ns = Namespace()
     inodes, from_row = ns.inodes, Inode.from_row
     for row in catalog.inode_rows():
-        inodes[row[0]] = from_row(row)
+        node = inodes[row[0]] = from_row(row)
+        up = inodes.get(node.parent)
+        if up is not None:
+            node.parent = up.ino  # the same int object as the parent's: 32 B less per inode
     for parent, name, ino in catalog.dirents():
-        inodes[parent].entries[name] = ino  # type: ignore[index]
+        child = inodes.get(ino)
+        inodes[parent].set_child(name, ino if child is None else child.ino)
     for vol, off, length, count in catalog.shared_records():
         ns.refs[(vol, off, length)] = count
     ns.next_ino = max(ns.next_ino, catalog.settings["next_ino"])

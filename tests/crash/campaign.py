@@ -653,7 +653,7 @@ async def read_tree(fs: Filesystem) -> Tree:
     t = Tree({}, {}, set(), [])
     for node in list(fs.ns):
         if node.is_dir:
-            t.dirs[node.ino] = dict(node.entries or {})
+            t.dirs[node.ino] = dict(node.children())
         elif node.is_reg:
             try:
                 fh = fs.open(node.ino)

@@ -22,7 +22,7 @@ def dump(ns: Namespace) -> tuple:
         row[11] = dict(sorted(unpack_xattrs(row[11]).items())) if row[11] else None
         row[12] = unpack_extents(row[12]) if row[12] is not None else None
         inodes[node.ino] = tuple(row)
-    entries = {node.ino: dict(sorted(node.entries.items())) for node in ns if node.entries is not None}
+    entries = {node.ino: dict(sorted(node.children())) for node in ns if node.entries is not None}
     return inodes, entries, dict(ns.refs)
 
 
@@ -72,7 +72,7 @@ def test_round_trip(tmp_path, cat):
         assert loaded.refs == {(1, 0, 1 << 20): 2}
         assert (reopened.settings["volume"], reopened.settings["offset"], reopened.settings["seq"]) == (1, 8192, 17)
         assert reopened.settings["pack_id"] == 0xABCDEF
-        assert reopened.counts() == (len(ns), sum(len(n.entries) for n in ns if n.entries is not None))
+        assert reopened.counts() == (len(ns), sum(len(n.children()) for n in ns if n.entries is not None))
     finally:
         reopened.close()
 

@@ -257,3 +257,22 @@ def test_release_frees_all_records(ns):
     ns.unlink(ROOT, b"f")
     ns.release(f)
     assert sorted(ns.take_frees()) == [(2, 0, 10), (2, 4096, 10)]
+
+
+def test_directory_entries_change_form_and_keep_every_name(ns):
+    """A directory holds (), one (name, ino) pair, or a dict; every form answers the same."""
+    d = ns.create(ROOT, b"d", DIR, 0, 0)
+    assert d.entries == () and ns.listdir(d.ino) == []
+    a = ns.create(d.ino, b"a", REG, 0, 0)
+    assert d.entries == (b"a", a.ino)
+    assert ns.lookup(d.ino, b"a") is a and ns.lookup(d.ino, b"b") is None
+    assert err(ns.create, d.ino, b"a", REG, 0, 0) == errno.EEXIST
+    b = ns.create(d.ino, b"b", REG, 0, 0)
+    assert isinstance(d.entries, dict) and sorted(ns.listdir(d.ino)) == [(b"a", a.ino), (b"b", b.ino)]
+    ns.rename(d.ino, b"b", d.ino, b"a")  # replaces a: one name left
+    assert d.entries == (b"a", b.ino) and ns.lookup(d.ino, b"a") is b
+    assert err(ns.rmdir, ROOT, b"d") == errno.ENOTEMPTY
+    ns.unlink(d.ino, b"a")
+    assert d.entries == () and ns.listdir(d.ino) == []
+    ns.rmdir(ROOT, b"d")
+    assert ns.lookup(ROOT, b"d") is None
