@@ -11,7 +11,7 @@ from typing import Iterable, Iterator
 
 import apsw
 
-from . import FORMAT_VERSION
+from . import FORMAT_VERSION, READABLE_FORMATS
 from .namespace import InodeRow
 
 SCHEMA = """
@@ -46,7 +46,7 @@ class Catalog:
             self.settings = dict(self.db.execute("SELECT key, value FROM settings"))
         except apsw.Error as e:
             raise CatalogError(f"catalog {path} is damaged: {e}") from e
-        if not create and self.settings.get("format") != FORMAT_VERSION:
+        if not create and self.settings.get("format") not in READABLE_FORMATS:
             raise CatalogError(f"catalog {path} has format {self.settings.get('format')}, "
                                f"this packfs reads format {FORMAT_VERSION}")
 
@@ -57,6 +57,12 @@ class Catalog:
         with self.db:
             self._put({"format": FORMAT_VERSION, "pack_id": pack_id, "volume": 1, "offset": 0,
                        "seq": 1, "next_ino": 2})
+
+    def upgrade(self) -> None:
+        """Mark an older (readable) format as the current one: the current reads both."""
+        if self.settings.get("format") != FORMAT_VERSION:
+            with self.db:
+                self._put({"format": FORMAT_VERSION})
 
     def _put(self, values: dict) -> None:
         self.db.executemany("INSERT OR REPLACE INTO settings VALUES (?, ?)", values.items())

@@ -43,7 +43,7 @@ from typing import Callable
 
 import apsw
 
-from . import FORMAT_VERSION, journal, records
+from . import READABLE_FORMATS, journal, records
 from . import extents as ext
 from . import pack as packmod
 from .catalog import Catalog, CatalogError
@@ -288,7 +288,7 @@ def _open_catalog(path: str, writable: bool) -> Catalog:
         cat.settings = dict(cat.db.execute("SELECT key, value FROM settings"))
     except apsw.Error as e:
         raise CatalogError(f"catalog {path} is damaged: {e}") from e
-    if cat.settings.get("format") != FORMAT_VERSION:
+    if cat.settings.get("format") not in READABLE_FORMATS:
         raise CatalogError(f"catalog {path} has format {cat.settings.get('format')}")
     return cat
 

@@ -18,7 +18,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from . import FORMAT_VERSION
+from . import FORMAT_VERSION, READABLE_FORMATS
 from .catalog import Catalog, CatalogError
 from .disk import Disk
 from .namespace import Namespace
@@ -51,8 +51,9 @@ def read_marker(path: str) -> dict:
         raise PackError(f"{path} is not a packfs pack directory (no {MARKER})") from None
     except (OSError, ValueError) as e:
         raise PackError(f"{marker} is unreadable: {e}") from None
-    if info.get("format") != FORMAT_VERSION:
-        raise PackError(f"{path} has packfs format {info.get('format')}; this packfs reads format {FORMAT_VERSION}")
+    if info.get("format") not in READABLE_FORMATS:
+        raise PackError(f"{path} has packfs format {info.get('format')}; this packfs reads formats "
+                        f"{', '.join(map(str, READABLE_FORMATS))}")
     return info
 
 
@@ -72,9 +73,14 @@ def initialise(path: str, disk: Disk) -> None:
     rows, removed, dirents, refs = snapshot(ns, ns.take_journal_changes())
     catalog.checkpoint(rows, removed, dirents, refs, {})
     catalog.close()
+    _write_marker(path, {"format": FORMAT_VERSION, "pack_id": pack_id, "created": time.time()}, disk)
+
+
+def _write_marker(path: str, info: dict, disk: Disk) -> None:
+    """Replace the marker atomically and durably."""
     tmp = os.path.join(path, MARKER + ".tmp")
     with open(tmp, "w") as f:
-        json.dump({"format": FORMAT_VERSION, "pack_id": pack_id, "created": time.time()}, f)
+        json.dump(info, f)
         f.flush()
         os.fsync(f.fileno())
     os.rename(tmp, os.path.join(path, MARKER))
@@ -106,6 +112,11 @@ def open_pack(path: str, disk: Disk, volume_size: int, cache_bytes: int) -> Pack
         raise PackError(str(e)) from None
     if catalog.settings.get("pack_id") != info["pack_id"]:
         raise PackError(f"{path}: the catalog belongs to another pack")
+    # Older formats are subsets of this one: upgrading is only saying so, the catalog
+    # first (a crash in between leaves a pack that upgrades again).
+    catalog.upgrade()
+    if info["format"] != FORMAT_VERSION:
+        _write_marker(path, {**info, "format": FORMAT_VERSION}, disk)
     ns = load_namespace(catalog)
     volumes = Volumes(disk, os.path.join(path, "volumes"), info["pack_id"], volume_size, cache_bytes)
     s = catalog.settings

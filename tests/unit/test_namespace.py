@@ -276,3 +276,28 @@ def test_directory_entries_change_form_and_keep_every_name(ns):
     assert d.entries == () and ns.listdir(d.ino) == []
     ns.rmdir(ROOT, b"d")
     assert ns.lookup(ROOT, b"d") is None
+
+
+def test_large_xattrs_are_stored_compressed_and_read_back_exactly(ns):
+    import os
+    import pickle
+
+    from packfs.namespace import XATTR_COMPRESS_MIN, pack_xattrs, unpack_xattrs
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    meta = pickle.dumps({"name": "/AUTH_test/c/o", "X-Timestamp": "1763872345.12345", "ETag": "0" * 32,
+                         "Content-Type": "application/octet-stream", "Content-Length": "4096"}, protocol=2)
+    noise = os.urandom(300)  # incompressible: stays plain
+    ns.setxattr(f.ino, b"user.swift.metadata", meta)
+    ns.setxattr(f.ino, b"user.small", b"v")
+    f.pack()
+    stored = f.row()[11]
+    assert len(stored) < len(meta) // 2 + XATTR_COMPRESS_MIN // 2  # compressed well
+    assert ns.getxattr(f.ino, b"user.swift.metadata") == meta
+    assert sorted(ns.listxattr(f.ino)) == [b"user.small", b"user.swift.metadata"]
+    assert unpack_xattrs(stored) == {b"user.swift.metadata": meta, b"user.small": b"v"}
+    plain = pack_xattrs({b"user.n": noise})
+    assert noise in plain and unpack_xattrs(plain) == {b"user.n": noise}
+    short = pack_xattrs({b"user.a": b"b"})
+    assert len(short) < XATTR_COMPRESS_MIN and unpack_xattrs(short) == {b"user.a": b"b"}
+    ns.removexattr(f.ino, b"user.swift.metadata")  # editing a compressed blob
+    assert ns.listxattr(f.ino) == [b"user.small"] and ns.getxattr(f.ino, b"user.small") == b"v"

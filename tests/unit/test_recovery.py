@@ -284,3 +284,31 @@ def test_many_commits_and_overwrites_replay_in_order(packdir):
             expect.extend(bytes(end - len(expect)))
         expect[500 * i:end] = piece
     assert read_via_pack(packdir, b"f") == bytes(expect)
+
+
+def test_a_format_1_pack_is_upgraded_in_place_when_opened(packdir):
+    """Format 2 only adds compressed xattrs: a format-1 pack opens, keeps everything, and says 2."""
+    import json
+
+    from packfs import FORMAT_VERSION
+    run(packdir, make_committed, clean=True)
+    p = open_pack(packdir)
+    with p.catalog.db:
+        p.catalog.db.execute("UPDATE settings SET value = 1 WHERE key = 'format'")
+    p.volumes.close()
+    p.catalog.close()
+    marker = packdir / packmod.MARKER
+    info = json.loads(marker.read_text())
+    marker.write_text(json.dumps({**info, "format": 1}))
+    p = open_pack(packdir)
+    try:
+        assert json.loads(marker.read_text())["format"] == FORMAT_VERSION
+        assert p.catalog.settings["format"] == FORMAT_VERSION
+        assert p.ns.lookup(p.ns.lookup(ROOT, b"dir").ino, b"b").size == len(COMMITTED[b"dir/b"])
+        assert p.ns.getxattr(p.ns.lookup(ROOT, b"dir").ino, b"user.k") == b"v"
+    finally:
+        p.volumes.close()
+        p.catalog.close()
+    marker.write_text(json.dumps({**info, "format": FORMAT_VERSION + 1}))
+    with pytest.raises(packmod.PackError, match="format"):
+        open_pack(packdir)
