@@ -31,7 +31,7 @@ Entries = tuple | dict | None  # see Inode
 _EXTENT = struct.Struct("<QIIQII")
 _XHEAD = struct.Struct("<HI")
 PACKED_EXTENTS_MAX = 8  # longer extent lists stay Python lists: cheap to edit
-_MODES: dict[int, int] = {}  # one shared object per distinct mode (see Inode.from_row)
+_SHARED: dict[int, int] = {}  # one object per distinct mode, uid and gid (see Inode.from_row)
 
 
 def pack_extents(extents: list | None) -> bytes | None:
@@ -235,11 +235,13 @@ class Inode:
     @classmethod
     def from_row(cls, row: InodeRow) -> "Inode":
         node = cls.__new__(cls)
-        (node.ino, mode, node.uid, node.gid, node.nlink, node.size, atime, mtime,
+        (node.ino, mode, uid, gid, node.nlink, node.size, atime, mtime,
          ctime, node.rdev, node.target, node._xattrs, node._extents, node.parent) = row
         # Each integer read from a row is an object of its own (28-32 B): share the few
-        # distinct modes, and one time object where times are equal (they mostly are).
-        node.mode = _MODES.setdefault(mode, mode)
+        # distinct modes and owners, and one time object where times are equal.
+        node.mode = _SHARED.setdefault(mode, mode)
+        node.uid = _SHARED.setdefault(uid, uid)
+        node.gid = _SHARED.setdefault(gid, gid)
         node.mtime = mtime
         node.ctime = mtime if ctime == mtime else ctime
         node.atime = mtime if atime == mtime else atime
