@@ -24,7 +24,10 @@ _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctype
 
 
 class Disk:
-    """Real files on the backing filesystem. Methods may block: call them off the event loop."""
+    """Real files on the backing filesystem. Methods may block: call them off the event loop
+    (all but `pread_cached`)."""
+
+    _nowait = hasattr(os, "RWF_NOWAIT")
 
     def open(self, path: str, create: bool = False) -> int:
         flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
@@ -41,6 +44,26 @@ class Disk:
 
     def pread(self, fd: int, length: int, offset: int) -> bytes:
         return os.pread(fd, length, offset)
+
+    def pread_cached(self, fd: int, length: int, offset: int) -> bytes | None:
+        """The bytes if the page cache holds all of them, else None; never waits for the disk.
+
+        Lets the event loop serve warm reads itself (RWF_NOWAIT) instead of paying a
+        worker-thread round trip (~100 us here) for a copy of a few microseconds.
+        """
+        if not self._nowait:
+            return None
+        buf = bytearray(length)
+        try:
+            n = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
+        except BlockingIOError:
+            return None
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            self._nowait = False  # the backing filesystem cannot say: always use a thread
+            return None
+        return bytes(buf) if n == length else None
 
     def fdatasync(self, fd: int) -> None:
         os.fdatasync(fd)

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 PREALLOC_STEP = 64 << 20
 PREALLOC_AHEAD = PREALLOC_STEP // 2  # grow in the background once less than this is left
+INLINE_READ_MAX = 256 << 10  # warm records up to this size are read and checked on the loop
 ZERO_FLUSH_STEP = 1 << 20  # zeros are flushed in small steps, so a commit never waits behind many
 META_RESERVE = 4 << 20  # preallocated volume space only metadata may use
 HEADROOM = 32 << 20  # backing-disk space data never takes, so the catalog can checkpoint
@@ -340,6 +341,15 @@ class Volumes:
         if cached is not None:
             self._cache.move_to_end(k)
             return cached
+        if length <= INLINE_READ_MAX:
+            try:
+                buf = self.disk.pread_cached(self.fd(volume), records.HEADER_SIZE + length, offset)
+            except OSError as e:
+                raise self._read_error(volume, offset, e) from e
+            if buf is not None:
+                payload = self._verified(buf, volume, offset, length, ino)
+                self._remember(k, payload)
+                return payload
         self._loading[k] = done = trio.Event()
         try:
             payload = await trio.to_thread.run_sync(self._read_verified, volume, offset, length, ino)
@@ -353,8 +363,16 @@ class Volumes:
         try:
             buf = self.disk.pread(self.fd(volume), records.HEADER_SIZE + length, offset)
         except OSError as e:
-            log.error("read error in %s at %d: %s", volume_name(volume), offset, e)
-            raise FsError(errno.EIO) from e
+            raise self._read_error(volume, offset, e) from e
+        return self._verified(buf, volume, offset, length, ino)
+
+    @staticmethod
+    def _read_error(volume: int, offset: int, e: OSError) -> FsError:
+        log.error("read error in %s at %d: %s", volume_name(volume), offset, e)
+        return FsError(errno.EIO)
+
+    def _verified(self, buf: bytes, volume: int, offset: int, length: int, ino: int) -> bytes:
+        """The payload of a record read whole; EIO and a log line if it is not intact."""
         try:
             header = records.decode_header(buf, self.pack_id)
             payload = buf[records.HEADER_SIZE:]

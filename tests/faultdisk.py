@@ -325,6 +325,10 @@ class FaultDisk(Disk):
             self._check("pread", rel, offset, length)
             return self.files[rel].live.read(offset, length)
 
+    def pread_cached(self, fd: int, length: int, offset: int) -> None:
+        """Never "cached": every read goes through pread, where faults are injected."""
+        return None
+
     def fdatasync(self, fd: int) -> None:
         with self.lock:
             rel = self._path(fd)
