@@ -224,7 +224,12 @@ class ScaleBench:
                 if t.is_packfs:
                     t.umount()
                     drop_caches()
-                    t.mount()
+                    try:
+                        t.mount()
+                    except subprocess.CalledProcessError as e:
+                        oom = " (its daemon was OOM-killed loading the table)" if cg.oom_kills() else ""
+                        raise RuntimeError(f"packfs could not mount in the {limit >> 20} MiB cgroup{oom}: "
+                                           f"{(e.stderr or '').strip()[:200]}") from None
                 srv.stop()
                 srv.start()
             for pid in srv.pids() + t.pids():
