@@ -698,6 +698,7 @@ def _repair(packdir: str, disk: Disk, report: Report, first: _State, out: Callab
         out(f"repair: {line}")
 
     catalog = _open_catalog(os.path.join(packdir, "catalog.sqlite"), writable=True)
+    catalog.upgrade()  # what the repair writes may use this format (compressed xattrs)
     voldir = os.path.join(packdir, "volumes")
     vols = Volumes(disk, voldir, first.pack_id, 1 << 62, 0)
     try:
