@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -86,6 +87,11 @@ class Volumes:
         self._loading: dict[tuple[int, int], trio.Event] = {}
         self._grow_lock = trio.Lock()
         self._grow_wanted = trio.Event()
+        # Zero-filling runs in a worker thread while records are reserved on the loop; a
+        # record reserved past the prepared space sets the fence, and no zeros land at
+        # or beyond it (see append and _grow).
+        self._zero_lock = threading.Lock()
+        self._fence = 1 << 62
         self._last_written_volume = 0
 
     # -- opening --------------------------------------------------------------
@@ -110,7 +116,7 @@ class Volumes:
         self.durable_pos = (active, tail)
         if active not in self.existing():
             self._create(active)
-        self.allocated = self.disk.size(self.fd(active))
+        self.allocated = max(tail, self.disk.size(self.fd(active)))
 
     def _create(self, number: int) -> None:
         fd = self.disk.open(self.path(number), create=True)
@@ -143,10 +149,15 @@ class Volumes:
                 return
             preferred = max(need, min(self.allocated + PREALLOC_STEP, self.volume_size + META_RESERVE))
             try:
-                self.allocated = await trio.to_thread.run_sync(
-                    self._grow, self.fd(self.active), need, preferred, metadata)
+                await self._grow_to(need, preferred, metadata)
             except OSError as e:
                 raise FsError(e.errno or errno.EIO, "cannot grow the active volume") from e
+
+    async def _grow_to(self, need: int, preferred: int, metadata: bool) -> None:
+        """Prepare the active volume towards preferred (the caller holds the grow lock)."""
+        self._fence = 1 << 62
+        prepared = await trio.to_thread.run_sync(self._grow, self.fd(self.active), need, preferred, metadata)
+        self.allocated = max(self.allocated, prepared)
 
     def _grow(self, fd: int, need: int, preferred: int, metadata: bool) -> int:
         """Preallocate towards preferred, at least to need; data leaves HEADROOM for the catalog.
@@ -162,10 +173,16 @@ class Volumes:
             target = need  # metadata may dip into the headroom, by no more than it needs
         if target < need:
             raise OSError(errno.ENOSPC, "the backing disk is full")
-        for pos in range(self.allocated, target, ZERO_FLUSH_STEP):
-            self.disk.allocate(fd, pos, min(ZERO_FLUSH_STEP, target - pos))
+        pos = self.allocated
+        while pos < target:
+            n = min(ZERO_FLUSH_STEP, target - pos)
+            with self._zero_lock:
+                if pos + n > self._fence:
+                    break  # a record was reserved here meanwhile: it extends the volume itself
+                self.disk.allocate(fd, pos, n)
             self.disk.fdatasync(fd)
-        return target
+            pos += n
+        return pos
 
     async def run_preallocator(self) -> None:
         """Background: keep PREALLOC_AHEAD of prepared space ahead of the tail.
@@ -182,9 +199,8 @@ class Volumes:
                 if self.broken or self._room() >= PREALLOC_AHEAD or self.allocated >= limit:
                     continue
                 try:
-                    self.allocated = await trio.to_thread.run_sync(
-                        self._grow, self.fd(self.active), self.allocated + records.BLOCK,
-                        min(self.allocated + PREALLOC_STEP, limit), False)
+                    await self._grow_to(self.allocated + records.BLOCK, min(self.allocated + PREALLOC_STEP, limit),
+                                        False)
                 except OSError as e:
                     log.debug("background preallocation stopped: %s", e)
 
@@ -219,6 +235,12 @@ class Volumes:
         data = records.encode(rtype, self.seq, ino, offset, payload, self.pack_id)
         self.seq += 1
         self.tail += len(data)
+        if self.tail > self.allocated:
+            # A commit bigger than the space prepared for metadata: the record extends the
+            # volume itself, and zeros must never be written over it, now or later.
+            with self._zero_lock:
+                self._fence = min(self._fence, off)
+            self.allocated = self.tail
         self.appended += len(data)
         if rtype == records.META:
             self._last_meta_end[vol] = self.tail

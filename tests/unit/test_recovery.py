@@ -312,3 +312,35 @@ def test_a_format_1_pack_is_upgraded_in_place_when_opened(packdir):
     marker.write_text(json.dumps({**info, "format": FORMAT_VERSION + 1}))
     with pytest.raises(packmod.PackError, match="format"):
         open_pack(packdir)
+
+
+def test_a_commit_bigger_than_the_prepared_space_is_never_zeroed(packdir, monkeypatch):
+    """A META past the preallocated space extends the volume; later growth (in the
+    background or for a writer) must not write zeros over it or over what follows."""
+    import os
+
+    from packfs import volumes as V
+    monkeypatch.setattr(V, "PREALLOC_STEP", 1 << 20)
+    monkeypatch.setattr(V, "PREALLOC_AHEAD", 512 << 10)
+    files = {}
+
+    async def body(fs: Filesystem) -> None:
+        top = fs.create(ROOT, b"many", DIR, 0, 0)
+        for i in range(30_000):  # one commit of 30k inodes: a META of several MiB
+            node = fs.create(top.ino, b"f%06d" % i, REG, 0, 0)
+            fs.setxattr(node.ino, b"user.k", os.urandom(120))
+        await fs.fsync()
+        assert fs.volumes.tail > 2 << 20
+        for i in range(20):  # then data that makes the volume grow again and again
+            files[b"d%d" % i] = os.urandom(1 << 20)
+            await write_file(fs, ROOT, b"d%d" % i, files[b"d%d" % i])
+            await fs.fsync()
+
+    run(packdir, body, clean=False)  # crash: recovery must replay the big commit and the rest
+
+    async def check(fs: Filesystem) -> None:
+        for name, data in files.items():
+            assert await read_all(fs, fs.lookup(ROOT, name).ino) == data
+        assert len(fs.ns.listdir(fs.lookup(ROOT, b"many").ino)) == 30_000
+
+    run(packdir, check, clean=True)
