@@ -52,10 +52,11 @@ class Filesystem:
         self.started = time.time()
 
     async def start(self, nursery: trio.Nursery) -> None:
-        """Run the appender, preallocator and checkpointer; checkpoint at once if recovery changed anything."""
+        """Run the appender, preallocator, committer and checkpointer; checkpoint at once if recovery changed anything."""
         nursery.start_soon(self.volumes.run)
         nursery.start_soon(self.volumes.run_preallocator)
         nursery.start_soon(self.journal.run_checkpointer)
+        nursery.start_soon(self.journal.run_committer)
         if self.pack.recovery.changed:
             await self.journal.checkpoint()
 

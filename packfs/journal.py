@@ -91,6 +91,8 @@ class Journal:
         self._appended_at_checkpoint = 0
         self._checkpoint_lock = trio.Lock()
         self._checkpoint_wanted = trio.Event()
+        self._commit_wanted = trio.Event()
+        ns.on_many_changes = lambda: self._commit_wanted.set()
         self.commits = 0
         self.checkpoints = 0
         self.last_checkpoint_seconds = 0.0
@@ -155,6 +157,20 @@ class Journal:
             await self.volumes.punch(frees + metas, position["volume"])
             self.checkpoints += 1
             self.last_checkpoint_seconds = time.monotonic() - started
+
+    async def run_committer(self) -> None:
+        """Background task: commit once many changes wait for an fsync that has not come.
+
+        Nothing asks for their durability; this only bounds a commit's size (its META
+        record and the memory to build it) and the replay after a crash. Never on a timer.
+        """
+        while True:
+            await self._commit_wanted.wait()
+            self._commit_wanted = trio.Event()
+            try:
+                await self.commit()
+            except FsError as e:
+                log.warning("background commit failed: %s", e)
 
     async def run_checkpointer(self) -> None:
         """Background task: checkpoint whenever the log has grown enough (never on a timer)."""

@@ -11,7 +11,7 @@ import stat
 import struct
 import time
 import zlib
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from . import extents as ext
 from .errors import FsError, enoent
@@ -30,6 +30,7 @@ Entries = tuple | dict | None  # see Inode
 
 _EXTENT = struct.Struct("<QIIQII")
 _XHEAD = struct.Struct("<HI")
+COMMIT_INODES = 50_000  # changed inodes that make the journal commit without an fsync
 PACKED_EXTENTS_MAX = 8  # longer extent lists stay Python lists: cheap to edit
 _SHARED: dict[int, int] = {}  # one object per distinct mode, uid and gid (see Inode.from_row)
 
@@ -280,6 +281,9 @@ class Namespace:
         self.frees: list[ext.RecordKey] = []
         self.journal_changes = Changes()
         self.catalog_changes = Changes()
+        # Called once COMMIT_INODES inodes changed since the last commit (the journal
+        # then commits in the background, so no single commit grows without bound).
+        self.on_many_changes: Callable[[], None] = lambda: None
 
     # -- building -------------------------------------------------------------
 
@@ -320,7 +324,10 @@ class Namespace:
     # -- change tracking ------------------------------------------------------
 
     def _touch(self, node: Inode) -> None:
-        self.journal_changes.inodes.add(node.ino)
+        changed = self.journal_changes.inodes
+        changed.add(node.ino)
+        if len(changed) == COMMIT_INODES:
+            self.on_many_changes()
 
     def _touch_dirent(self, parent: int, name: bytes) -> None:
         self.journal_changes.dirents.add((parent, name))

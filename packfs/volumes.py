@@ -31,8 +31,8 @@ from .stats import OpStats
 
 log = logging.getLogger(__name__)
 
-PREALLOC_STEP = 64 << 20
-PREALLOC_AHEAD = PREALLOC_STEP // 2  # grow in the background once less than this is left
+PREALLOC_STEP = 4 << 20  # volumes grow by this much at a time (a writer waits for one step at most)
+PREALLOC_AHEAD = 64 << 20  # the background keeps this much prepared ahead of the tail
 INLINE_READ_MAX = 256 << 10  # warm records up to this size are read and checked on the loop
 ZERO_FLUSH_STEP = 1 << 20  # zeros are flushed in small steps, so a commit never waits behind many
 META_RESERVE = 4 << 20  # preallocated volume space only metadata may use
@@ -152,6 +152,7 @@ class Volumes:
                 await self._grow_to(need, preferred, metadata)
             except OSError as e:
                 raise FsError(e.errno or errno.EIO, "cannot grow the active volume") from e
+            self._grow_wanted.set()  # and the rest in the background
 
     async def _grow_to(self, need: int, preferred: int, metadata: bool) -> None:
         """Prepare the active volume towards preferred (the caller holds the grow lock)."""
@@ -194,15 +195,17 @@ class Volumes:
         while True:
             await self._grow_wanted.wait()
             self._grow_wanted = trio.Event()
-            async with self._grow_lock:
-                limit = self.volume_size + META_RESERVE
-                if self.broken or self._room() >= PREALLOC_AHEAD or self.allocated >= limit:
-                    continue
-                try:
-                    await self._grow_to(self.allocated + records.BLOCK, min(self.allocated + PREALLOC_STEP, limit),
-                                        False)
-                except OSError as e:
-                    log.debug("background preallocation stopped: %s", e)
+            while True:
+                async with self._grow_lock:  # one step per hold: a writer in need waits for one step
+                    limit = self.volume_size + META_RESERVE
+                    if self.broken or self._room() >= PREALLOC_AHEAD or self.allocated >= limit:
+                        break
+                    try:
+                        await self._grow_to(self.allocated + records.BLOCK,
+                                            min(self.allocated + PREALLOC_STEP, limit), False)
+                    except OSError as e:
+                        log.debug("background preallocation stopped: %s", e)
+                        break
 
     def _room(self) -> int:
         """Prepared bytes past the tail that no buffered write has claimed."""
@@ -250,7 +253,7 @@ class Volumes:
         self._inflight[(vol, off)] = data
         self.queued_bytes += len(data)
         self._wakeup.set()
-        if self._room() < PREALLOC_AHEAD:
+        if self._room() < PREALLOC_AHEAD // 2:
             self._grow_wanted.set()
         return vol, off, ticket
 

@@ -320,8 +320,8 @@ def test_a_commit_bigger_than_the_prepared_space_is_never_zeroed(packdir, monkey
     import os
 
     from packfs import volumes as V
-    monkeypatch.setattr(V, "PREALLOC_STEP", 1 << 20)
-    monkeypatch.setattr(V, "PREALLOC_AHEAD", 512 << 10)
+    monkeypatch.setattr(V, "PREALLOC_STEP", 256 << 10)
+    monkeypatch.setattr(V, "PREALLOC_AHEAD", 1 << 20)
     files = {}
 
     async def body(fs: Filesystem) -> None:
@@ -344,3 +344,25 @@ def test_a_commit_bigger_than_the_prepared_space_is_never_zeroed(packdir, monkey
         assert len(fs.ns.listdir(fs.lookup(ROOT, b"many").ino)) == 30_000
 
     run(packdir, check, clean=True)
+
+
+def test_many_changes_without_fsync_are_committed_in_bounded_pieces(packdir):
+    from packfs.namespace import COMMIT_INODES
+
+    async def body(fs: Filesystem) -> None:
+        top = fs.create(ROOT, b"many", DIR, 0, 0)
+        for i in range(int(2.5 * COMMIT_INODES)):
+            fs.create(top.ino, b"f%06d" % i, REG, 0, 0)
+            if i % 1000 == 0:
+                await trio.sleep(0)  # as FUSE requests do: the background committer may run
+        await trio.sleep(0.5)
+        assert fs.journal.commits >= 2  # nobody called fsync
+        assert len(fs.ns.journal_changes.inodes) < COMMIT_INODES
+
+    run(packdir, body, clean=False)
+    p = open_pack(packdir)
+    try:  # what the background commits covered survives a crash
+        assert len(p.ns.listdir(p.ns.lookup(ROOT, b"many").ino)) >= 2 * COMMIT_INODES
+    finally:
+        p.volumes.close()
+        p.catalog.close()

@@ -31,7 +31,7 @@ def test_preallocator_keeps_flushed_zeros_ahead_of_the_tail(tmp_path):
             await v.wait_durable(ticket)
             while v.allocated - v.tail < PREALLOC_AHEAD:
                 await trio.sleep(0.01)
-            assert v.allocated == PREALLOC_STEP  # one step, not more
+            assert v.allocated - v.tail < PREALLOC_AHEAD + PREALLOC_STEP  # no more than asked for
             assert v.disk.size(v.fd(1)) == v.allocated
             assert await v.read(vol, off, len(payload), 5) == payload
             nursery.cancel_scope.cancel()
