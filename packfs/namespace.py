@@ -30,7 +30,7 @@ Entries = tuple | dict | None  # see Inode
 
 _EXTENT = struct.Struct("<QIIQII")
 _XHEAD = struct.Struct("<HI")
-COMMIT_INODES = 50_000  # changed inodes that make the journal commit without an fsync
+COMMIT_INODES = 20_000  # changed inodes that make the journal commit without an fsync (a stage of 20k takes ~60 ms)
 PACKED_EXTENTS_MAX = 8  # longer extent lists stay Python lists: cheap to edit
 _SHARED: dict[int, int] = {}  # one object per distinct mode, uid and gid (see Inode.from_row)
 
