@@ -1,12 +1,15 @@
 """The volume log without FUSE: background preallocation and warm reads on the loop."""
 from __future__ import annotations
 
+import errno
 import os
 
+import pytest
 import trio
 
 from packfs import records
 from packfs.disk import Disk
+from packfs.errors import FsError
 from packfs.volumes import PREALLOC_AHEAD, PREALLOC_STEP, Volumes, volume_name
 
 PACK_ID = 7
@@ -18,25 +21,34 @@ def volumes(tmp_path, volume_size: int = 1 << 30) -> Volumes:
     return v
 
 
+def serve(v: Volumes, body, preallocate: bool = True) -> None:
+    """Run body with the appender (and the preallocator) running, then stop them."""
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(v.run)
+            if preallocate:
+                nursery.start_soon(v.run_preallocator)
+            await body()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
 def test_preallocator_keeps_flushed_zeros_ahead_of_the_tail(tmp_path):
     v = volumes(tmp_path)
     payload = os.urandom(100_000)
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(v.run)
-            nursery.start_soon(v.run_preallocator)
-            await v.ensure_space(records.footprint(len(payload)))  # as every writer does first
-            vol, off, ticket = v.append(records.DATA, 5, 0, payload, sync=True)
-            await v.wait_durable(ticket)
-            while v.allocated - v.tail < PREALLOC_AHEAD:
-                await trio.sleep(0.01)
-            assert v.allocated - v.tail < PREALLOC_AHEAD + PREALLOC_STEP  # no more than asked for
-            assert v.disk.size(v.fd(1)) == v.allocated
-            assert await v.read(vol, off, len(payload), 5) == payload
-            nursery.cancel_scope.cancel()
+    async def body() -> None:
+        await v.ensure_space(records.footprint(len(payload)))  # as every writer does first
+        vol, off, ticket = v.append(records.DATA, 5, 0, payload, sync=True)
+        await v.wait_durable(ticket)
+        while v.allocated - v.tail < PREALLOC_AHEAD:
+            await trio.sleep(0.01)
+        assert v.allocated - v.tail < PREALLOC_AHEAD + PREALLOC_STEP  # no more than asked for
+        assert v.disk.size(v.fd(1)) == v.allocated
+        assert await v.read(vol, off, len(payload), 5) == payload
 
-    trio.run(main)
+    serve(v, body)
     with open(os.path.join(tmp_path, volume_name(1)), "rb") as f:
         f.seek(records.footprint(len(payload)))
         assert f.read(1 << 20) == bytes(1 << 20)  # prepared space is zeros: the log ends there
@@ -46,18 +58,14 @@ def test_preallocator_keeps_flushed_zeros_ahead_of_the_tail(tmp_path):
 def test_preallocator_stays_inside_a_small_volume(tmp_path):
     v = volumes(tmp_path, volume_size=256 << 10)
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(v.run)
-            nursery.start_soon(v.run_preallocator)
-            _, _, ticket = v.append(records.DATA, 5, 0, b"x" * 5000, sync=True)
-            await v.wait_durable(ticket)
-            await trio.sleep(0.2)
-            assert v.active == 1  # never rolls over on its own
-            assert v.allocated <= v.volume_size + (4 << 20)
-            nursery.cancel_scope.cancel()
+    async def body() -> None:
+        _, _, ticket = v.append(records.DATA, 5, 0, b"x" * 5000, sync=True)
+        await v.wait_durable(ticket)
+        await trio.sleep(0.2)
+        assert v.active == 1  # never rolls over on its own
+        assert v.allocated <= v.volume_size + (4 << 20)
 
-    trio.run(main)
+    serve(v, body)
     v.close()
 
 
@@ -65,22 +73,17 @@ def test_warm_reads_are_checked_like_cold_ones(tmp_path):
     v = volumes(tmp_path)
     payload = os.urandom(20_000)
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(v.run)
-            vol, off, ticket = v.append(records.DATA, 9, 0, payload, sync=True)
-            await v.wait_durable(ticket)
-            assert v.disk.pread_cached(v.fd(vol), 4096, off) is not None  # just written: in the page cache
-            assert await v.read(vol, off, len(payload), 9) == payload
-            v._cache.clear()
-            os.pwrite(v.fd(vol), b"\x00", off + records.HEADER_SIZE + 100)  # flip a byte in place
-            try:
-                await v.read(vol, off, len(payload), 9)
-            except Exception as e:  # noqa: BLE001
-                assert getattr(e, "errno", None) == 5  # EIO, never wrong bytes
-            else:
-                raise AssertionError("a corrupted warm record was returned")
-            nursery.cancel_scope.cancel()
+    async def body() -> None:
+        vol, off, ticket = v.append(records.DATA, 9, 0, payload, sync=True)
+        await v.wait_durable(ticket)
+        assert v.disk.pread_cached(v.fd(vol), 4096, off) is not None  # just written: in the page cache
+        assert await v.read(vol, off, len(payload), 9) == payload
+        v._cache.clear()
+        at = off + records.HEADER_SIZE + 100
+        os.pwrite(v.fd(vol), bytes([os.pread(v.fd(vol), 1, at)[0] ^ 0xFF]), at)  # flip a byte in place
+        with pytest.raises(FsError) as e:
+            await v.read(vol, off, len(payload), 9)
+        assert e.value.errno == errno.EIO  # never wrong bytes
 
-    trio.run(main)
+    serve(v, body, preallocate=False)
     v.close()
