@@ -47,8 +47,8 @@ class Catalog:
         except apsw.Error as e:
             raise CatalogError(f"catalog {path} is damaged: {e}") from e
         if not create and self.settings.get("format") not in READABLE_FORMATS:
-            raise CatalogError(f"catalog {path} has format {self.settings.get('format')}, "
-                               f"this packfs reads format {FORMAT_VERSION}")
+            raise CatalogError(f"catalog {path} has format {self.settings.get('format')}, this packfs "
+                               f"reads formats {', '.join(map(str, READABLE_FORMATS))}")
 
     def close(self) -> None:
         self.db.close()

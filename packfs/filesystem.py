@@ -52,7 +52,8 @@ class Filesystem:
         self.started = time.time()
 
     async def start(self, nursery: trio.Nursery) -> None:
-        """Run the appender, preallocator, committer and checkpointer; checkpoint at once if recovery changed anything."""
+        """Run the background tasks (appender, preallocator, committer, checkpointer);
+        checkpoint at once if recovery changed anything."""
         nursery.start_soon(self.volumes.run)
         nursery.start_soon(self.volumes.run_preallocator)
         nursery.start_soon(self.journal.run_checkpointer)
