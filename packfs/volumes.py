@@ -283,7 +283,6 @@ class Volumes:
         if self.broken:
             raise FsError(errno.EIO, "write to the backing disk failed")
 
-
     def _submit(self, q: _Queued) -> None:
         with self._pending_cond:
             self._pending.append(q)
@@ -299,6 +298,7 @@ class Volumes:
         test expects of a stop.
         """
         token = trio.lowlevel.current_trio_token()
+        self._stopping = False
         thread = threading.Thread(target=self._append_loop, args=(token,), name="packfs-appender", daemon=True)
         thread.start()
         try:
