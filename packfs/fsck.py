@@ -775,7 +775,7 @@ def _repair(packdir: str, disk: Disk, report: Report, first: _State, out: Callab
                 punch += f.keys
             elif f.kind == "dangling-entry":
                 d = ns.inodes[f.ino]
-                for name, child in d.children() if d.entries is not None else []:
+                for name, child in d.children():
                     if child not in ns.inodes:
                         d.del_child(name)
                         ns._touch_dirent(d.ino, name)
@@ -860,7 +860,7 @@ def _fix_links(ns: Namespace, did: Callable[[str], None]) -> None:
     names: dict[int, int] = defaultdict(int)
     subdirs: dict[int, int] = defaultdict(int)
     for d in ns:
-        for name, child in d.children() if d.entries is not None else []:
+        for name, child in d.children():
             names[child] += 1
             c = ns.inodes.get(child)
             if c is not None and c.is_dir:

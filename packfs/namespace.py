@@ -138,6 +138,7 @@ class Inode:
         return e[1] if e and e[0] == name else None  # type: ignore[index,return-value]
 
     def children(self) -> list[tuple[bytes, int]]:
+        """The (name, ino) pairs of a directory; [] for anything else."""
         e = self.entries
         if type(e) is dict:
             return list(e.items())

@@ -10,7 +10,7 @@ import trio
 from packfs import records
 from packfs.disk import Disk
 from packfs.errors import FsError
-from packfs.volumes import PREALLOC_AHEAD, PREALLOC_STEP, Volumes, volume_name
+from packfs.volumes import META_RESERVE, PREALLOC_AHEAD, PREALLOC_STEP, Volumes, volume_name
 
 PACK_ID = 7
 
@@ -63,7 +63,7 @@ def test_preallocator_stays_inside_a_small_volume(tmp_path):
         await v.wait_durable(ticket)
         await trio.sleep(0.2)
         assert v.active == 1  # never rolls over on its own
-        assert v.allocated <= v.volume_size + (4 << 20)
+        assert v.allocated <= v.volume_size + META_RESERVE
 
     serve(v, body)
     v.close()
