@@ -43,6 +43,10 @@ def volume_name(number: int) -> str:
     return f"{number:08d}.pack"
 
 
+class _FlushFailed(OSError):
+    """A flush of a volume failed: writes it covered, records among them, may be lost."""
+
+
 @dataclass(slots=True)
 class _Queued:
     ticket: int
@@ -159,7 +163,14 @@ class Volumes:
     async def _grow_to(self, need: int, preferred: int, metadata: bool) -> None:
         """Prepare the active volume towards preferred (the caller holds the grow lock)."""
         self._fence = 1 << 62
-        prepared = await trio.to_thread.run_sync(self._grow, self.fd(self.active), need, preferred, metadata)
+        try:
+            prepared = await trio.to_thread.run_sync(self._grow, self.fd(self.active), need, preferred, metadata)
+        except _FlushFailed as e:
+            # Linux reports a writeback error to one fdatasync only: this one may have
+            # taken the report of a record's lost write, so the log breaks as the
+            # appender's would.
+            self._break(e.errno or errno.EIO)
+            raise
         self.allocated = max(self.allocated, prepared)
 
     def _grow(self, fd: int, need: int, preferred: int, metadata: bool) -> int:
@@ -183,7 +194,10 @@ class Volumes:
                 if pos + n > self._fence:
                     break  # a record was reserved here meanwhile: it extends the volume itself
                 self.disk.allocate(fd, pos, n)
-            self.disk.fdatasync(fd)
+            try:
+                self.disk.fdatasync(fd)
+            except OSError as e:
+                raise _FlushFailed(e.errno or errno.EIO, f"flushing the volume failed: {e}") from e
             pos += n
         return pos
 
@@ -330,10 +344,18 @@ class Volumes:
             except trio.RunFinishedError:
                 return
 
+    def _break(self, err: int) -> None:
+        """Refuse every later write and fsync (as ext4 with errors=remount-ro) and wake waiters."""
+        if not self.broken:
+            self.broken = err
+            log.error("the volume log is broken (%s): refusing further writes", os.strerror(err))
+        self._progress.set()
+        self._progress = trio.Event()
+
     def _batch_done(self, batch: list[_Queued], failed: int) -> None:
         """On the loop: account for a batch the appender thread has written (or not)."""
-        if failed and not self.broken:
-            self.broken = failed
+        if failed:
+            self._break(failed)
         for q in batch:
             if q.offset >= 0:
                 self._inflight.pop((q.volume, q.offset), None)

@@ -154,3 +154,28 @@ def test_enospc_then_space_freed_outside_the_pack(tmp_path: Path) -> None:
         assert await read_file(fs, "/after") == b"x" * (2 * MiB)
     run(root, disk, work, opts=small_options(volume_size=64 * MiB))
     assert fsck.check(str(root), disk=disk).exit_code == 0
+
+
+def test_eio_on_a_flush_of_preallocated_zeros_breaks_the_log(tmp_path: Path) -> None:
+    """Linux reports a writeback error to one fdatasync only: if the preallocator's flush
+    takes it, the report may be of a record's lost write, so no later fsync may succeed."""
+    root = tmp_path / "pack"
+    disk = FaultDisk(str(root))
+
+    async def work(fs: Filesystem) -> None:
+        await write_file(fs, "/acked", b"a" * 10000)
+        fault = disk.inject("fdatasync", errno.EIO, times=1)
+        room = fs.volumes.allocated - fs.volumes.tail
+        with pytest.raises(FsError) as e:
+            await fs.volumes.ensure_space(room + (1 << 20))  # a grow: zeros, then their flush
+        assert e.value.errno == errno.EIO and fault.hits == 1
+        assert fs.stats()["broken"]
+        with pytest.raises(FsError) as e:
+            await write_file(fs, "/later", b"l" * 10000)
+        assert e.value.errno == errno.EIO
+        assert await read_file(fs, "/acked") == b"a" * 10000
+        with pytest.raises(FsError):
+            await fs.close()
+    run(root, disk, work, clean=False)
+    after = recovered(root, disk)
+    assert after["/acked"] == b"a" * 10000 and "/later" not in after
