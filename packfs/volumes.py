@@ -162,6 +162,8 @@ class Volumes:
 
     async def _grow_to(self, need: int, preferred: int, metadata: bool) -> None:
         """Prepare the active volume towards preferred (the caller holds the grow lock)."""
+        if self.broken:  # perhaps while this caller waited for the lock
+            raise OSError(self.broken, "the volume log is broken by an earlier I/O error")
         self._fence = 1 << 62
         try:
             prepared = await trio.to_thread.run_sync(self._grow, self.fd(self.active), need, preferred, metadata)
