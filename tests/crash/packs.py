@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -20,6 +21,12 @@ from packfs.namespace import ROOT  # noqa: E402
 from packfs.options import Options  # noqa: E402
 
 KiB = 1 << 10
+
+
+def by_the_appender(*_: Any) -> bool:
+    """A FaultDisk `when`: only the appender's own calls (a commit's flush), not the
+    background preallocator's flushes of zeros."""
+    return threading.current_thread().name == "packfs-appender"
 
 
 def small_options(**kw: Any) -> Options:

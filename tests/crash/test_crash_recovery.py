@@ -74,14 +74,14 @@ def test_recovery_in_the_same_boot_flushes_what_it_replays(tmp_path: Path) -> No
     import pytest
 
     from packfs.errors import FsError
-    from packs import small_options, tree
+    from packs import by_the_appender, small_options, tree
 
     root = str(tmp_path / "pack")
     disk = FaultDisk(root)
 
     async def work(fs) -> None:
         await write_file(fs, "/base", b"b" * 5000)
-        disk.inject("fdatasync", errno.EIO, times=1)
+        disk.inject("fdatasync", errno.EIO, times=1, when=by_the_appender)
         with pytest.raises(FsError):
             await write_file(fs, "/unflushed", b"u" * 9000)  # written, never flushed, never acknowledged
         v = fs.volumes
