@@ -4,6 +4,13 @@ No storage logic lives here. Each handler is timed into OpStats, and core errors
 (FsError) become FUSEError with the same errno. Lookups of missing names answer with
 st_ino 0 so that the kernel caches the negative entry; flush answers ENOSYS so that the
 kernel stops sending it (release does the work).
+
+Handles that only write (O_WRONLY) and the handle create() returns use direct I/O
+(option direct_writes): the kernel then sends one request per write() instead of two,
+because its cached write path asks getxattr("security.capability") before every write
+and pyfuse3 cannot negotiate HANDLE_KILLPRIV. A direct write invalidates the kernel's
+cached pages of the range it writes, so other handles and mappings stay coherent; the
+one cost is that a direct handle cannot be mapped MAP_SHARED (ENODEV).
 """
 from __future__ import annotations
 
@@ -59,6 +66,7 @@ class Operations(pyfuse3.Operations):
         self.enable_writeback_cache = fs.options.writeback_cache
         self._entry_timeout = fs.options.entry_timeout
         self._attr_timeout = fs.options.attr_timeout
+        self._direct_writes = fs.options.direct_writes
         self._dirs: dict[int, list[tuple[bytes, int]]] = {}
         self._next_dh = 1
 
@@ -195,14 +203,15 @@ class Operations(pyfuse3.Operations):
     @_op
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         fh = self.fs.open(inode, truncate=bool(flags & os.O_TRUNC))
-        return pyfuse3.FileInfo(fh=fh, keep_cache=True)
+        direct = self._direct_writes and flags & os.O_ACCMODE == os.O_WRONLY
+        return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=direct)
 
     @_op
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
                      ctx: pyfuse3.RequestContext) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         node = self.fs.create(parent_inode, name, (mode & ~ctx.umask & 0o7777) | 0o100000, ctx.uid, ctx.gid)
         fh = self.fs.open(node.ino)
-        return pyfuse3.FileInfo(fh=fh, keep_cache=True), self.entry(node)
+        return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=self._direct_writes), self.entry(node)
 
     @_op
     async def read(self, fh: int, off: int, size: int) -> bytes:

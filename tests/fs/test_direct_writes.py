@@ -1,0 +1,105 @@
+"""direct_writes: write-only and creating handles use direct I/O.
+
+The point is one FUSE request per write() instead of two; the promise is that nothing
+else changes: cached readers and mappings still see every write at once, and files
+read back the same. The one visible cost, ENODEV for MAP_SHARED on such a handle, is
+documented and tested here too.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import mmap
+import os
+import subprocess
+
+import pytest
+
+from fsutil import raises_errno, read_file, write_file
+from mounts import PACKFS, mounted
+
+
+def _requests(mnt) -> dict[str, int]:
+    p = subprocess.run([*PACKFS, "stats", str(mnt), "--json"], check=True, capture_output=True, text=True)
+    return {op: v["count"] for op, v in json.loads(p.stdout)["operations"].items()}
+
+
+def _writes_and_capability_probes(mnt, open_flags: int) -> tuple[int, int]:
+    before = _requests(mnt)
+    fd = os.open(mnt / "f", open_flags, 0o644)
+    try:
+        for i in range(20):
+            os.pwrite(fd, bytes([i]) * 65536, i * 65536)
+    finally:
+        os.close(fd)
+    after = _requests(mnt)
+    return (after.get("write", 0) - before.get("write", 0),
+            after.get("getxattr", 0) - before.get("getxattr", 0))
+
+
+@pytest.mark.parametrize("how", ["create", "write-only"])
+def test_a_direct_handle_costs_one_request_per_write(tmp_path, packdir, how):
+    with mounted(packdir, tmp_path / "mnt") as m:
+        if how == "write-only":
+            write_file(m / "f", b"")
+        writes, probes = _writes_and_capability_probes(m, os.O_WRONLY | os.O_CREAT)
+        assert writes == 20
+        assert probes == 0
+        assert read_file(m / "f") == b"".join(bytes([i]) * 65536 for i in range(20))
+
+
+def test_without_direct_writes_the_kernel_probes_before_every_write(tmp_path, packdir):
+    with mounted(packdir, tmp_path / "mnt", "nodirect_writes") as m:
+        writes, probes = _writes_and_capability_probes(m, os.O_WRONLY | os.O_CREAT)
+        assert writes == 20
+        assert probes == 20
+
+
+def test_cached_readers_and_mappings_see_direct_writes(work):
+    write_file(work / "f", b"a" * 8192)
+    r = os.open(work / "f", os.O_RDONLY)
+    try:
+        assert os.pread(r, 4, 0) == b"aaaa"  # now in the page cache
+        with mmap.mmap(r, 8192, prot=mmap.PROT_READ) as m:
+            assert m[4096:4100] == b"aaaa"
+            w = os.open(work / "f", os.O_WRONLY)
+            try:
+                os.pwrite(w, b"bbbb", 0)
+                assert os.pread(r, 4, 0) == b"bbbb"
+                assert m[:4] == b"bbbb"
+                os.pwrite(w, b"cccc", 4096)
+                assert m[4096:4100] == b"cccc"
+                assert os.pread(r, 4, 4096) == b"cccc"
+            finally:
+                os.close(w)
+    finally:
+        os.close(r)
+
+
+def test_a_read_write_handle_of_an_existing_file_stays_mappable(work):
+    write_file(work / "f", bytes(4096))
+    fd = os.open(work / "f", os.O_RDWR)
+    try:
+        with mmap.mmap(fd, 4096) as m:
+            m[:5] = b"hello"
+            m.flush()
+    finally:
+        os.close(fd)
+    assert read_file(work / "f")[:5] == b"hello"
+
+
+def test_the_creating_handle_cannot_be_mapped_shared(work):
+    fd = os.open(work / "f", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.ftruncate(fd, 4096)
+        with raises_errno(errno.ENODEV):  # as README's direct_writes says
+            mmap.mmap(fd, 4096)
+    finally:
+        os.close(fd)
+    fd = os.open(work / "f", os.O_RDWR)  # the documented way out: reopen it
+    try:
+        with mmap.mmap(fd, 4096) as m:
+            m[:2] = b"ok"
+    finally:
+        os.close(fd)
+    assert read_file(work / "f")[:2] == b"ok"
