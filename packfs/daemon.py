@@ -87,7 +87,7 @@ class Daemon:
     async def _serve(self, fs: Filesystem, ops: Operations, ready: Ready) -> None:
         async def on_control(command: str) -> dict:
             if command == "stats":
-                return {**fs.stats(), "operations": ops.opstats.report(),
+                return {**fs.stats(), "operations": ops.opstats.report(), "busy_poll_turns": ops.busypoll.spins,
                         "device": fs.volumes.timings.report()}
             if command == "sync":
                 await fs.journal.checkpoint()
@@ -98,6 +98,7 @@ class Daemon:
             await fs.start(nursery)
             await nursery.start(control.serve, fs.pack.pack_id, on_control)
             nursery.start_soon(self._stop_on_signal)
+            nursery.start_soon(ops.busypoll.run)
             ready("")
             await pyfuse3.main(min_tasks=4, max_tasks=self.opts.max_tasks)
             self.unmounted = not self.terminated

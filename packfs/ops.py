@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 import pyfuse3
 
+from .busypoll import BusyPoll
 from .errors import FsError
 from .filesystem import Filesystem, Setattr
 from .namespace import Inode
@@ -51,6 +52,7 @@ def _op(fn: Callable) -> Callable:
             raise pyfuse3.FUSEError(errno.EIO) from None
         finally:
             self.opstats.record(name, time.perf_counter_ns() - t0, failed)
+            self.busypoll.touch()
 
     return handler
 
@@ -63,6 +65,7 @@ class Operations(pyfuse3.Operations):
         super().__init__()
         self.fs = fs
         self.opstats = OpStats()
+        self.busypoll = BusyPoll(fs.options.busy_poll_us, lambda: not fs.volumes.appending)
         self.enable_writeback_cache = fs.options.writeback_cache
         self._entry_timeout = fs.options.entry_timeout
         self._attr_timeout = fs.options.attr_timeout

@@ -39,6 +39,7 @@ class Options:
     direct_writes: bool = True         # write-only and creating handles bypass the page cache
     allow_other: bool = os.geteuid() == 0  # let other users (Swift's) use a root mount
     max_tasks: int = 64                # concurrent pyfuse3 request tasks
+    busy_poll_us: int = 100            # the loop polls this long after a request before sleeping
     debug: bool = False                # log every request
 
     _SIZES = ("disk_chunk_size", "max_dirty", "volume_size", "checkpoint_bytes", "cache_size")
@@ -62,6 +63,8 @@ class Options:
             setattr(opts, name, cls._convert(name, field.type, value))
         if opts.disk_chunk_size > 64 << 20:
             raise OptionError("disk_chunk_size must be at most 64M")
+        if opts.busy_poll_us < 0:
+            raise OptionError("busy_poll_us must be 0 (off) or a positive number of microseconds")
         if opts.max_dirty < 2 * opts.disk_chunk_size:
             raise OptionError("max_dirty must be at least twice disk_chunk_size")
         return opts

@@ -80,6 +80,7 @@ class Volumes:
         # Records reserved and not yet taken by the appender thread (see run).
         self._pending: list[_Queued] = []
         self._pending_cond = threading.Condition()
+        self._outstanding = 0  # submitted to the appender, not yet done (on the loop only)
         self._stopping = False
         self._inflight: dict[tuple[int, int], bytes] = {}
         self._next_ticket = 1
@@ -299,7 +300,13 @@ class Volumes:
         if self.broken:
             raise FsError(errno.EIO, "write to the backing disk failed")
 
+    @property
+    def appending(self) -> bool:
+        """True while the appender thread has queued records or flushes to finish."""
+        return self._outstanding > 0
+
     def _submit(self, q: _Queued) -> None:
+        self._outstanding += 1
         with self._pending_cond:
             self._pending.append(q)
             self._pending_cond.notify()
@@ -356,6 +363,7 @@ class Volumes:
 
     def _batch_done(self, batch: list[_Queued], failed: int) -> None:
         """On the loop: account for a batch the appender thread has written (or not)."""
+        self._outstanding -= len(batch)
         if failed:
             self._break(failed)
         for q in batch:

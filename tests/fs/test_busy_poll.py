@@ -1,0 +1,40 @@
+"""busy_poll_us on a real mount: the loop polls after requests by default, never with 0."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from fsutil import write_file
+from mounts import PACKFS, mounted
+
+
+def _turns(mnt) -> int:
+    p = subprocess.run([*PACKFS, "stats", str(mnt), "--json"], check=True, capture_output=True, text=True)
+    return json.loads(p.stdout)["busy_poll_turns"]
+
+
+def _stat_loop(mnt) -> None:
+    write_file(mnt / "f", b"x")
+    for _ in range(200):
+        os.stat(mnt / "f")
+        os.listdir(mnt)
+
+
+def test_the_default_polls_after_requests(tmp_path, packdir):
+    with mounted(packdir, tmp_path / "mnt") as m:
+        _stat_loop(m)
+        assert _turns(m) > 0
+
+
+def test_zero_turns_busy_polling_off(tmp_path, packdir):
+    with mounted(packdir, tmp_path / "mnt", "busy_poll_us=0") as m:
+        _stat_loop(m)
+        assert _turns(m) == 0
+
+
+def test_a_negative_window_is_refused(tmp_path, packdir):
+    p = subprocess.run([*PACKFS, "mount", str(packdir), str(tmp_path / "mnt"), "-o", "busy_poll_us=-1"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert "busy_poll_us" in p.stderr
