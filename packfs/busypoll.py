@@ -4,8 +4,9 @@ Between two FUSE requests of one Swift thread lie only tens of microseconds of i
 work. A loop that went to sleep in epoll_wait in between must be woken for the next
 request, and that wake-up was most of the wall time of a request here (the daemon was
 idle 83% of a GET run). So after each request the loop stays awake, yielding at every
-turn, for `window_us`; then it sleeps as before. It never polls while the appender
-thread has work: a spinning loop holds the GIL, and that thread must not wait for it.
+turn, for `window_us`; then it sleeps as before. It never polls while a thread of the
+store (the appender, a disk read) has work: a polling loop holds the GIL, and such a
+thread would wait for it until the interpreter's switch interval (5 ms) forces a turn.
 The cost is CPU, at most `window_us` per request, and only while requests keep coming.
 """
 from __future__ import annotations

@@ -65,7 +65,7 @@ class Operations(pyfuse3.Operations):
         super().__init__()
         self.fs = fs
         self.opstats = OpStats()
-        self.busypoll = BusyPoll(fs.options.busy_poll_us, lambda: not fs.volumes.appending)
+        self.busypoll = BusyPoll(fs.options.busy_poll_us, lambda: not fs.volumes.threads_working)
         self.enable_writeback_cache = fs.options.writeback_cache
         self._entry_timeout = fs.options.entry_timeout
         self._attr_timeout = fs.options.attr_timeout

@@ -301,9 +301,10 @@ class Volumes:
             raise FsError(errno.EIO, "write to the backing disk failed")
 
     @property
-    def appending(self) -> bool:
-        """True while the appender thread has queued records or flushes to finish."""
-        return self._outstanding > 0
+    def threads_working(self) -> bool:
+        """True while a thread of the store has work and will want the GIL back: the
+        appender with queued records or flushes, or a worker reading a record."""
+        return self._outstanding > 0 or bool(self._loading)
 
     def _submit(self, q: _Queued) -> None:
         self._outstanding += 1
