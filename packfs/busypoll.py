@@ -29,8 +29,8 @@ class BusyPoll:
     def touch(self) -> None:
         """A request was just served."""
         self.last = time.perf_counter_ns()
-        if not self._polling and self.window_ns:
-            self._wake.set()
+        if not self._polling and self.window_ns and self.quiet():
+            self._wake.set()  # (not while the store is busy: no wake-up that would only stop)
 
     async def run(self) -> None:
         if not self.window_ns:
