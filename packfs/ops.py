@@ -206,7 +206,7 @@ class Operations(pyfuse3.Operations):
     @_op
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         fh = self.fs.open(inode, truncate=bool(flags & os.O_TRUNC))
-        direct = self._direct_writes and flags & os.O_ACCMODE == os.O_WRONLY
+        direct = self._direct_writes and (flags & os.O_ACCMODE) == os.O_WRONLY
         return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=direct)
 
     @_op
