@@ -22,7 +22,7 @@ class BusyPoll:
         self.window_ns = window_us * 1000
         self.quiet = quiet  # False while polling would starve another thread
         self.last = 0  # perf_counter_ns of the last request served
-        self.spins = 0  # loop turns spent polling (tests read it)
+        self.spins = 0  # loop turns spent polling (`packfs stats`: busy_poll_turns)
         self._polling = False
         self._wake = trio.Event()
 
