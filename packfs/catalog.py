@@ -12,7 +12,7 @@ from typing import Iterable, Iterator
 import apsw
 
 from . import FORMAT_VERSION, READABLE_FORMATS
-from .namespace import InodeRow
+from .inodes import InodeRow
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value) WITHOUT ROWID;

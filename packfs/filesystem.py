@@ -17,7 +17,7 @@ from . import records
 from .disk import Disk
 from .errors import FsError
 from .journal import Journal
-from .namespace import Inode
+from .inodes import Inode
 from .options import Options
 from .pack import Pack
 from .writeback import WriteBehind
@@ -99,7 +99,7 @@ class Filesystem:
 
     def forget(self, ino: int, count: int) -> None:
         """The kernel dropped count references to ino."""
-        node = self.ns.inodes.get(ino)
+        node = self.ns.find(ino)
         if node is not None:
             node.lookups = max(0, node.lookups - count)
             self._forget_if_unused(node)

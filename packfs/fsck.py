@@ -48,7 +48,8 @@ from . import extents as ext
 from . import pack as packmod
 from .catalog import Catalog, CatalogError
 from .disk import Disk
-from .namespace import ROOT, Inode, Namespace
+from .inodes import ROOT, Inode
+from .namespace import Namespace
 from .recovery import PackDamaged, _batch_intact, load_namespace, read_record, replay
 from .volumes import Volumes, volume_name
 
@@ -345,15 +346,15 @@ def paths_of(ns: Namespace) -> dict[int, list[str]]:
     seen_dirs = {ROOT}
     while stack:
         ino, prefix = stack.pop()
-        node = ns.inodes.get(ino)
-        if node is None or node.entries is None:
+        node = ns.find(ino)
+        if node is None or not node.is_dir:
             continue
         for name, child in sorted(node.children()):
             p = prefix + "/" + name.decode("utf-8", "surrogateescape")
             lst = out.setdefault(child, [])
             if len(lst) < 4:
                 lst.append(p)
-            c = ns.inodes.get(child)
+            c = ns.find(child)
             if c is not None and c.is_dir and child not in seen_dirs:
                 seen_dirs.add(child)
                 stack.append((child, p))
@@ -446,10 +447,10 @@ def cross_check(ns: Namespace, scan: Scan, checkpoint: tuple[int, int], end: tup
     names: dict[int, int] = defaultdict(int)
     subdirs: dict[int, int] = defaultdict(int)
     for node in ns:
-        if node.entries is None:
+        if not node.is_dir:
             continue
         for name, child in node.children():
-            c = ns.inodes.get(child)
+            c = ns.find(child)
             if c is None:
                 found.append(Finding("dangling-entry", f"{_name(paths, node.ino)}: entry {name!r} names inode "
                                      f"{child}, which does not exist", ino=node.ino))
@@ -474,7 +475,7 @@ def cross_check(ns: Namespace, scan: Scan, checkpoint: tuple[int, int], end: tup
         if node.nlink != want:
             found.append(Finding("nlink", f"{_name(paths, node.ino)}: link count {node.nlink}, should be {want}",
                                  ino=node.ino))
-    top = max(ns.inodes) if ns.inodes else ROOT
+    top = ns.max_ino()
     if ns.next_ino <= top:
         found.append(Finding("next-ino", f"next inode number {ns.next_ino} is not above the largest, {top}"))
     return found
@@ -749,7 +750,7 @@ def _repair(packdir: str, disk: Disk, report: Report, first: _State, out: Callab
         moved: set[int] = set()
         for f in findings:
             if f.kind == "corrupt-file":
-                node = ns.inodes[f.ino]
+                node = ns.get(f.ino)
                 extents = list(_extents(node))
                 bad = [e for e in extents if _extent_problem(node, e, scan)]
                 for e in bad:  # damaged records die with the extents; intact ones of other files stay
@@ -774,28 +775,28 @@ def _repair(packdir: str, disk: Disk, report: Report, first: _State, out: Callab
             elif f.kind in ("orphan-record", "stale-meta", "torn-record", "garbage"):
                 punch += f.keys
             elif f.kind == "dangling-entry":
-                d = ns.inodes[f.ino]
+                d = ns.get(f.ino)
                 for name, child in d.children():
-                    if child not in ns.inodes:
+                    if child not in ns:
                         d.del_child(name)
                         ns._touch_dirent(d.ino, name)
                         ns.touch(d)
                         did(f"removed the entry {name!r} of {_name(paths, d.ino)} (inode {child} does not exist)")
             elif f.kind == "extent-beyond-size":
-                node = ns.inodes[f.ino]
+                node = ns.get(f.ino)
                 ns.truncate_extents(node, node.size)
                 did(f"dropped the data of {_name(paths, node.ino)} beyond its size {node.size}")
         # Link counts, parents, reachability: recount from the entries.
         for f in findings:
-            if f.kind == "unreachable" and f.ino in ns.inodes and f.ino not in moved:
-                node = ns.inodes[f.ino]
+            if f.kind == "unreachable" and f.ino in ns and f.ino not in moved:
+                node = ns.get(f.ino)
                 _move_to_lost_found(ns, node, lost_and_found())
                 did(f"linked unreachable inode {f.ino} as /lost+found/#{f.ino}")
         _fix_links(ns, did)
         _fix_refs(ns, did)
         for f in findings:
             if f.kind == "next-ino":
-                ns.next_ino = max(ns.inodes) + 1
+                ns.next_ino = ns.max_ino() + 1
                 did(f"next inode number set to {ns.next_ino}")
         # One checkpoint of everything recovery and repair changed, at the end of the log.
         ns.catalog_changes.merge(ns.take_journal_changes())
@@ -839,7 +840,7 @@ def _drop_ref(ns: Namespace, key: tuple) -> None:
 def _move_to_lost_found(ns: Namespace, node: Inode, lf: Inode) -> None:
     """Take every name of node away and link it as lost+found/#ino."""
     for d in list(ns):
-        if d.entries is None:
+        if not d.is_dir:
             continue
         for name, child in d.children():
             if child == node.ino:
@@ -862,7 +863,7 @@ def _fix_links(ns: Namespace, did: Callable[[str], None]) -> None:
     for d in ns:
         for name, child in d.children():
             names[child] += 1
-            c = ns.inodes.get(child)
+            c = ns.find(child)
             if c is not None and c.is_dir:
                 subdirs[d.ino] += 1
                 if c.parent != d.ino:

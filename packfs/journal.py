@@ -54,7 +54,7 @@ def apply(ns: Namespace, payload: bytes) -> None:
         ns.load_inode(row)
         changed.inodes.add(row[0])
     for parent, name, ino in dirents:
-        if parent in ns.inodes:
+        if parent in ns:
             ns.load_dirent(parent, name, ino)
         changed.dirents.add((parent, name))
     for k, count in refs:
@@ -68,12 +68,12 @@ def apply(ns: Namespace, payload: bytes) -> None:
 
 def snapshot(ns: Namespace, changes: Changes) -> tuple[list, list, list, list]:
     rows, removed = [], []
+    table = ns.table
     for ino in changes.inodes:
-        node = ns.inodes.get(ino)
-        if node is None:
-            removed.append(ino)
+        if table.exists(ino):
+            rows.append(table.row(ino))
         else:
-            rows.append(node.row())
+            removed.append(ino)
     dirents = [(p, name, ns.dirent(p, name)) for p, name in changes.dirents]
     refs = [(k, ns.refs.get(k, 1)) for k in changes.refs]
     return rows, removed, dirents, refs

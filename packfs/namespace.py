@@ -1,256 +1,27 @@
-"""The inode table: inodes, directory entries, xattrs and extent maps, in memory.
+"""The namespace: inodes, directory entries, xattrs and extent maps, in memory.
 
 It is the only source for lookups, attributes, listings and xattrs, so those never
 touch the disk. Every mutation is recorded in two change sets: one the journal takes
 at each commit, one the catalog takes at each checkpoint. Nothing here does I/O.
+The inodes themselves live in an InodeTable (inodes.py); this module gives them
+POSIX semantics.
 """
 from __future__ import annotations
 
 import errno
 import stat
-import struct
 import time
-import zlib
 from typing import Callable, Iterable, Iterator
 
 from . import extents as ext
 from .errors import FsError, enoent
+from .inodes import ROOT, Inode, InodeRow, InodeTable
 
-ROOT = 1
 NAME_MAX = 255
 XATTR_SIZE_MAX = 65536
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
-
-# A snapshot of one inode, as the journal and the catalog store it:
-# (ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, xattrs, extents, parent)
-# with xattrs and extents in their packed forms (see pack_xattrs and pack_extents).
-InodeRow = tuple
-Entries = tuple | dict | None  # see Inode
-
-_EXTENT = struct.Struct("<QIIQII")
-_XHEAD = struct.Struct("<HI")
 COMMIT_INODES = 20_000  # changed inodes that make the journal commit without an fsync (a stage of 20k takes ~60 ms)
-PACKED_EXTENTS_MAX = 8  # longer extent lists stay Python lists: cheap to edit
-_SHARED: dict[int, int] = {}  # one object per distinct mode, uid and gid (see Inode.from_row)
-
-
-def pack_extents(extents: list | None) -> bytes | None:
-    if extents is None:
-        return None
-    return b"".join([_EXTENT.pack(*e) for e in extents])
-
-
-def unpack_extents(blob: bytes | None) -> list | None:
-    return None if blob is None else list(_EXTENT.iter_unpack(blob))
-
-
-# Packed xattrs of XATTR_COMPRESS_MIN bytes or more are stored raw-deflated with this
-# preset dictionary (Swift's metadata keys and pickle framing), behind a prefix no plain
-# blob can start with (its first field is a name length of at most 255). Swift's
-# ~270 B of pickled metadata shrink to ~110 B. On-disk format: never change these bytes.
-_XZ_PREFIX = b"\xff\xff"
-_XZ_DICT = (b"\x13\x00\x00\x00\x00\x00user.swift.metadata\x80\x02}q\x00(X\x04\x00\x00\x00nameq\x01X"
-            b"\x0b\x00\x00\x00X-Timestampq\x03X\x0c\x00\x00\x00Content-Typeq\x05X\x18\x00\x00\x00"
-            b"application/octet-streamq\x06X\x04\x00\x00\x00ETagq\x07X \x00\x00\x00X\x0e\x00\x00\x00"
-            b"Content-Lengthq\x09X\x04\x00\x00\x004096X\x14\x00\x00\x00X-Object-Meta-X-Object-Sysmeta-"
-            b"X-Backend-Durable-TimestampX-Static-Large-Objectu.\x00user.swift.metadata_checksum/AUTH_")
-XATTR_COMPRESS_MIN = 128
-
-
-def pack_xattrs(xattrs: dict[bytes, bytes] | None) -> bytes | None:
-    if not xattrs:
-        return None
-    blob = b"".join([_XHEAD.pack(len(k), len(v)) + k + v for k, v in xattrs.items()])
-    if len(blob) >= XATTR_COMPRESS_MIN:
-        c = zlib.compressobj(6, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, _XZ_DICT)
-        packed = c.compress(blob) + c.flush()
-        if len(packed) + len(_XZ_PREFIX) < len(blob):
-            return _XZ_PREFIX + packed
-    return blob
-
-
-def _plain(blob: bytes) -> bytes:
-    """A packed xattr blob, decompressed if it was stored compressed."""
-    if blob[:2] == _XZ_PREFIX:
-        return zlib.decompressobj(-15, _XZ_DICT).decompress(memoryview(blob)[2:])
-    return blob
-
-
-def _iter_xattrs(blob: bytes) -> Iterator[tuple[bytes, int, int]]:
-    """(name, value start, value end) for each xattr in a plain packed blob."""
-    pos = 0
-    while pos < len(blob):
-        nlen, vlen = _XHEAD.unpack_from(blob, pos)
-        pos += _XHEAD.size
-        yield blob[pos:pos + nlen], pos + nlen, pos + nlen + vlen
-        pos += nlen + vlen
-
-
-def unpack_xattrs(blob: bytes | None) -> dict[bytes, bytes] | None:
-    if not blob:
-        return None
-    blob = _plain(blob)
-    return {name: blob[a:b] for name, a, b in _iter_xattrs(blob)}
-
-
-class Inode:
-    """One file, directory, symlink or special file, kept small in RAM.
-
-    Xattrs and extents rest in their packed forms (bytes) and are unpacked only to be
-    edited: most inodes are written once and then only read or listed. The `xattrs`
-    and `extents` properties unpack in place so callers may edit what they get; the
-    namespace packs them again after each edit.
-
-    A directory's `entries` are () when it is empty, one (name, ino) pair when it holds
-    one name, and a dict beyond that: most of Swift's suffix and hash directories hold
-    one name, and a dict costs about 250 B where the pair costs 72. Use the child
-    methods rather than `entries` itself; `entries` is None for non-directories.
-    """
-
-    __slots__ = ("ino", "mode", "uid", "gid", "nlink", "size", "atime", "mtime", "ctime", "rdev",
-                 "target", "_xattrs", "_extents", "entries", "parent", "opens", "lookups", "wbuf")
-
-    def __init__(self, ino: int, mode: int, uid: int, gid: int, now: int) -> None:
-        self.ino = ino
-        self.mode = mode
-        self.uid = uid
-        self.gid = gid
-        self.nlink = 2 if stat.S_ISDIR(mode) else 1
-        self.size = 0
-        self.atime = self.mtime = self.ctime = now
-        self.rdev = 0
-        self.target: bytes | None = None
-        self._xattrs: bytes | dict[bytes, bytes] | None = None
-        self._extents: bytes | list[ext.Extent] | None = b"" if stat.S_ISREG(mode) else None
-        self.entries: Entries = () if stat.S_ISDIR(mode) else None
-        self.parent = 0
-        self.opens = 0  # open file handles
-        self.lookups = 0  # the kernel's references (FUSE lookup count), dropped by forget
-        self.wbuf = None  # writeback.Buffer while the file has unflushed data
-
-    # -- directory entries ----------------------------------------------------------
-
-    def child(self, name: bytes) -> int | None:
-        e = self.entries
-        if type(e) is dict:
-            return e.get(name)
-        return e[1] if e and e[0] == name else None  # type: ignore[index,return-value]
-
-    def children(self) -> list[tuple[bytes, int]]:
-        """The (name, ino) pairs of a directory; [] for anything else."""
-        e = self.entries
-        if type(e) is dict:
-            return list(e.items())
-        return [e] if e else []  # type: ignore[list-item]
-
-    def set_child(self, name: bytes, ino: int) -> None:
-        e = self.entries
-        if type(e) is dict:
-            e[name] = ino
-        elif not e or e[0] == name:  # type: ignore[index]
-            self.entries = (name, ino)
-        else:
-            self.entries = {e[0]: e[1], name: ino}  # type: ignore[index]
-
-    def del_child(self, name: bytes) -> None:
-        """Remove a name if present, shrinking back to the compact forms."""
-        e = self.entries
-        if type(e) is dict:
-            e.pop(name, None)
-            if len(e) <= 1:
-                self.entries = next(iter(e.items())) if e else ()
-        elif e and e[0] == name:  # type: ignore[index]
-            self.entries = ()
-
-    @property
-    def is_dir(self) -> bool:
-        return stat.S_ISDIR(self.mode)
-
-    @property
-    def is_reg(self) -> bool:
-        return stat.S_ISREG(self.mode)
-
-    @property
-    def extents(self) -> list[ext.Extent] | None:
-        """The extent map, unpacked in place for editing."""
-        e = self._extents
-        if isinstance(e, bytes):
-            e = self._extents = unpack_extents(e)
-        return e
-
-    @extents.setter
-    def extents(self, value: list[ext.Extent] | None) -> None:
-        self._extents = value
-        self.pack()
-
-    def extent_list(self) -> list[ext.Extent]:
-        """The extent map for reading, without unpacking it in place."""
-        e = self._extents
-        if isinstance(e, bytes):
-            return list(_EXTENT.iter_unpack(e))
-        return e or []
-
-    @property
-    def xattrs(self) -> dict[bytes, bytes] | None:
-        """The xattrs, unpacked in place for editing."""
-        x = self._xattrs
-        if isinstance(x, bytes):
-            x = self._xattrs = unpack_xattrs(x)
-        return x
-
-    @xattrs.setter
-    def xattrs(self, value: dict[bytes, bytes] | None) -> None:
-        self._xattrs = value or None
-        self.pack()
-
-    def getxattr(self, name: bytes) -> bytes | None:
-        x = self._xattrs
-        if isinstance(x, bytes):
-            x = _plain(x)
-            for n, a, b in _iter_xattrs(x):
-                if n == name:
-                    return x[a:b]
-            return None
-        return x.get(name) if x else None
-
-    def xattr_names(self) -> list[bytes]:
-        x = self._xattrs
-        if isinstance(x, bytes):
-            return [n for n, _, _ in _iter_xattrs(_plain(x))]
-        return list(x or ())
-
-    def pack(self) -> None:
-        """Return edited xattrs and short extent maps to their packed forms."""
-        if isinstance(self._xattrs, dict):
-            self._xattrs = pack_xattrs(self._xattrs)
-        e = self._extents
-        if isinstance(e, list) and len(e) <= PACKED_EXTENTS_MAX:
-            self._extents = pack_extents(e)
-
-    def row(self) -> InodeRow:
-        x, e = self._xattrs, self._extents
-        return (self.ino, self.mode, self.uid, self.gid, self.nlink, self.size, self.atime, self.mtime,
-                self.ctime, self.rdev, self.target, x if not isinstance(x, dict) else pack_xattrs(x),
-                e if not isinstance(e, list) else pack_extents(e), self.parent)
-
-    @classmethod
-    def from_row(cls, row: InodeRow) -> "Inode":
-        node = cls.__new__(cls)
-        (node.ino, mode, uid, gid, node.nlink, node.size, atime, mtime,
-         ctime, node.rdev, node.target, node._xattrs, node._extents, node.parent) = row
-        # Each integer read from a row is an object of its own (28-32 B): share the few
-        # distinct modes and owners, and one time object where times are equal.
-        node.mode = _SHARED.setdefault(mode, mode)
-        node.uid = _SHARED.setdefault(uid, uid)
-        node.gid = _SHARED.setdefault(gid, gid)
-        node.mtime = mtime
-        node.ctime = mtime if ctime == mtime else ctime
-        node.atime = mtime if atime == mtime else atime
-        node.entries = () if stat.S_ISDIR(mode) else None
-        node.opens = node.lookups = 0
-        node.wbuf = None
-        return node
 
 
 class Changes:
@@ -274,8 +45,8 @@ class Changes:
 
 class Namespace:
     def __init__(self) -> None:
-        self.inodes: dict[int, Inode] = {}
-        self.next_ino = ROOT + 1
+        self.table = InodeTable()
+        self.next_ino = ROOT + 1  # above every inode number ever used (free ones below are reused)
         # Records referred to by more than one extent (after a split); absent means one.
         self.refs: dict[ext.RecordKey, int] = {}
         # Records no extent refers to any more; punched once that fact is durable.
@@ -291,30 +62,29 @@ class Namespace:
     @classmethod
     def fresh(cls, uid: int = 0, gid: int = 0) -> "Namespace":
         ns = cls()
-        root = Inode(ROOT, stat.S_IFDIR | 0o755, uid, gid, time.time_ns())
+        ns.table.put(ROOT, stat.S_IFDIR | 0o755, uid, gid, time.time_ns())
+        root = Inode(ns.table, ROOT)
         root.parent = ROOT
-        ns.inodes[ROOT] = root
         ns._touch(root)
         return ns
 
     def load_inode(self, row: InodeRow) -> None:
-        node = Inode.from_row(row)
-        if node.is_dir:
-            old = self.inodes.get(node.ino)
-            node.entries = old.entries if old is not None and old.entries is not None else ()
-        self.inodes[node.ino] = node
-        self.next_ino = max(self.next_ino, node.ino + 1)
+        self.table.load(row)
+        self.next_ino = max(self.next_ino, row[0] + 1)
 
     def load_dirent(self, parent: int, name: bytes, ino: int | None) -> None:
-        d = self.inodes[parent]
-        assert d.entries is not None
+        assert self.table.exists(parent) and stat.S_ISDIR(self.table.mode[parent])
         if ino is None:
-            d.del_child(name)
+            self.table.del_child(parent, name)
         else:
-            d.set_child(name, ino)
+            self.table.set_child(parent, name, ino)
 
     def drop_inode(self, ino: int) -> None:
-        self.inodes.pop(ino, None)
+        self.table.drop(ino)
+
+    def loaded(self) -> None:
+        """After loading a checkpoint: collect the free inode numbers, to reuse them."""
+        self.table.find_free(self.next_ino)
 
     def set_ref(self, key: ext.RecordKey, count: int) -> None:
         if count > 1:
@@ -347,16 +117,21 @@ class Namespace:
         return taken
 
     def dirent(self, parent: int, name: bytes) -> int | None:
-        node = self.inodes.get(parent)
-        return node.child(name) if node is not None and node.entries is not None else None
+        t = self.table
+        return t.child(parent, name) if t.exists(parent) and stat.S_ISDIR(t.mode[parent]) else None
 
     # -- reads ----------------------------------------------------------------
 
     def get(self, ino: int) -> Inode:
-        node = self.inodes.get(ino)
-        if node is None:
+        if not self.table.exists(ino):
             raise enoent()
-        return node
+        return Inode(self.table, ino)
+
+    def find(self, ino: int) -> Inode | None:
+        return Inode(self.table, ino) if self.table.exists(ino) else None
+
+    def __contains__(self, ino: int) -> bool:
+        return self.table.exists(ino)
 
     def dir(self, ino: int) -> Inode:
         node = self.get(ino)
@@ -371,9 +146,9 @@ class Namespace:
         if name == b".":
             return d
         if name == b"..":
-            return self.inodes[d.parent]
+            return Inode(self.table, d.parent)
         ino = d.child(name)
-        return self.inodes[ino] if ino is not None else None
+        return Inode(self.table, ino) if ino is not None else None
 
     def listdir(self, ino: int) -> list[tuple[bytes, int]]:
         return self.dir(ino).children()
@@ -388,10 +163,14 @@ class Namespace:
         return self.get(ino).xattr_names()
 
     def __len__(self) -> int:
-        return len(self.inodes)
+        return len(self.table)
 
     def __iter__(self) -> Iterator[Inode]:
-        return iter(self.inodes.values())
+        t = self.table
+        return (Inode(t, ino) for ino in t.inos())
+
+    def max_ino(self) -> int:
+        return max(self.table.inos(), default=ROOT)
 
     # -- namespace mutations --------------------------------------------------
 
@@ -406,6 +185,17 @@ class Namespace:
         if d.child(name) is not None:
             raise FsError(errno.EEXIST)
         return d
+
+    def _free_ino(self) -> int:
+        """The last freed inode number, or a new one. A replayed commit may have taken a
+        number back after it was freed, so each is checked."""
+        free, exists = self.table.free, self.table.exists
+        while free:
+            ino = free.pop()
+            if not exists(ino):
+                return ino
+        self.next_ino += 1
+        return self.next_ino - 1
 
     def _link_entry(self, d: Inode, name: bytes, node: Inode, now: int) -> None:
         d.set_child(name, node.ino)
@@ -424,8 +214,9 @@ class Namespace:
         """Create a file, directory, symlink or special file under parent."""
         d = self._new_name(parent, name)
         now = time.time_ns()
-        node = Inode(self.next_ino, mode, uid, gid, now)
-        self.next_ino += 1
+        ino = self._free_ino()
+        self.table.put(ino, mode, uid, gid, now)
+        node = Inode(self.table, ino)
         node.rdev = rdev
         if target is not None:
             node.target = target
@@ -438,7 +229,6 @@ class Namespace:
                 node.mode |= stat.S_ISGID
         elif d.mode & stat.S_ISGID:
             node.gid = d.gid
-        self.inodes[node.ino] = node
         self._touch(node)
         self._link_entry(d, name, node, now)
         return node
@@ -483,7 +273,7 @@ class Namespace:
             raise enoent()
         if not node.is_dir:
             raise FsError(errno.ENOTDIR)
-        if node.entries:
+        if node.has_children():
             raise FsError(errno.ENOTEMPTY)
         now = time.time_ns()
         self._unlink_entry(d, name, now)
@@ -500,7 +290,7 @@ class Namespace:
                 return True
             if b == ROOT:
                 return False
-            b = self.inodes[b].parent
+            b = self.table.parent[b]
 
     def rename(self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes,
                flags: int = 0) -> Inode | None:
@@ -525,13 +315,13 @@ class Namespace:
         if dst is not None:
             if flags & RENAME_NOREPLACE:
                 raise FsError(errno.EEXIST)
-            if dst is src:
+            if dst == src:
                 return None  # two names of one inode: POSIX says do nothing
             if src.is_dir and not dst.is_dir:
                 raise FsError(errno.ENOTDIR)
             if not src.is_dir and dst.is_dir:
                 raise FsError(errno.EISDIR)
-            if dst.is_dir and dst.entries:
+            if dst.is_dir and dst.has_children():
                 raise FsError(errno.ENOTEMPTY)
         now = time.time_ns()
         replaced = None
@@ -547,7 +337,7 @@ class Namespace:
             replaced = dst
         self._unlink_entry(od, old_name, now)
         self._link_entry(nd, new_name, src, now)
-        if src.is_dir and od is not nd:
+        if src.is_dir and od != nd:
             od.nlink -= 1
             nd.nlink += 1
             src.parent = nd.ino
@@ -563,7 +353,7 @@ class Namespace:
             d.mtime = d.ctime = now
             self._touch(d)
             self._touch_dirent(d.ino, name)
-        if od is not nd and src.is_dir != dst.is_dir:
+        if od != nd and src.is_dir != dst.is_dir:
             moved_in, moved_out = (nd, od) if src.is_dir else (od, nd)
             moved_in.nlink += 1
             moved_out.nlink -= 1
@@ -625,13 +415,13 @@ class Namespace:
 
     def release(self, node: Inode) -> bool:
         """Forget an inode with no names, open handles or kernel references; True if it went."""
-        if node.nlink > 0 or node.opens > 0 or node.lookups > 0 or node.ino not in self.inodes:
+        if node.nlink > 0 or node.opens > 0 or node.lookups > 0 or not self.table.exists(node.ino):
             return False
         dead = node.extent_list()
         if dead:
             self._account([ext.key(e) for e in dead], [])
             node.extents = []
-        del self.inodes[node.ino]
+        self.table.drop(node.ino)
         self._touch(node)
         return True
 

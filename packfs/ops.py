@@ -26,7 +26,7 @@ import pyfuse3
 from .busypoll import BusyPoll
 from .errors import FsError
 from .filesystem import Filesystem, Setattr
-from .namespace import Inode
+from .inodes import Inode
 from .stats import OpStats
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class Operations(pyfuse3.Operations):
         self._entry_timeout = fs.options.entry_timeout
         self._attr_timeout = fs.options.attr_timeout
         self._direct_writes = fs.options.direct_writes
-        self._dirs: dict[int, list[tuple[bytes, int]]] = {}
+        self._dirs: dict[int, tuple[int, list[tuple[bytes, int]]]] = {}  # handle: (directory, entries)
         self._next_dh = 1
 
     def entry(self, node: Inode) -> pyfuse3.EntryAttributes:
@@ -177,18 +177,18 @@ class Operations(pyfuse3.Operations):
         entries = self.fs.ns.listdir(inode)
         dh = self._next_dh
         self._next_dh += 1
-        self._dirs[dh] = entries
+        self._dirs[dh] = (inode, entries)
         return dh
 
     @_op
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
-        entries = self._dirs.get(fh, [])
-        inodes = self.fs.ns.inodes
+        parent, entries = self._dirs.get(fh, (0, []))
+        ns = self.fs.ns
         for i in range(start_id, len(entries)):
             name, ino = entries[i]
-            node = inodes.get(ino)
-            if node is None:
-                continue  # removed since opendir
+            if ns.dirent(parent, name) != ino:
+                continue  # removed since opendir (its number may even be another inode's now)
+            node = ns.get(ino)
             if not pyfuse3.readdir_reply(token, name, self.attrs(node), i + 1):
                 break
             node.lookups += 1  # readdirplus: the kernel took a reference to each entry

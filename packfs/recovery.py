@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from . import journal, records
 from .catalog import Catalog
 from .disk import Disk
-from .namespace import Inode, Namespace
+from .namespace import Namespace
 from .volumes import Volumes
 
 log = logging.getLogger(__name__)
@@ -43,18 +43,15 @@ class Recovery:
 
 def load_namespace(catalog: Catalog) -> Namespace:
     ns = Namespace()
-    inodes, from_row = ns.inodes, Inode.from_row
+    load, set_child = ns.table.load, ns.table.set_child
     for row in catalog.inode_rows():
-        node = inodes[row[0]] = from_row(row)
-        up = inodes.get(node.parent)
-        if up is not None:
-            node.parent = up.ino  # the same int object as the parent's: 32 B less per inode
+        load(row)
     for parent, name, ino in catalog.dirents():
-        child = inodes.get(ino)
-        inodes[parent].set_child(name, ino if child is None else child.ino)
+        set_child(parent, name, ino)
     for vol, off, length, count in catalog.shared_records():
         ns.refs[(vol, off, length)] = count
     ns.next_ino = max(ns.next_ino, catalog.settings["next_ino"])
+    ns.loaded()
     return ns
 
 
@@ -168,7 +165,7 @@ def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq:
                         raise records.RecordError("the write batch of this commit is torn")
                     rows, removed = marshal.loads(payload)[:2]  # type: ignore[arg-type]
                     for ino in [r[0] for r in rows] + list(removed):
-                        old = ns.inodes.get(ino)
+                        old = ns.find(ino)
                         if ino not in seen and old is not None:
                             candidates += [(ino, k, (0, 0)) for k in _record_keys(old)]
                         seen.add(ino)
@@ -213,7 +210,7 @@ def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq:
     for owner, key, at in candidates:
         if at >= (end_vol, end_off) or key in freed:
             continue  # cut with the tail, or freed already
-        node = ns.inodes.get(owner)
+        node = ns.find(owner)
         if node is not None and owner not in live:
             live[owner] = _record_keys(node)
         if node is None or key not in live[owner]:

@@ -13,7 +13,8 @@ import time
 
 from . import extents as ext
 from . import records
-from .namespace import Inode, Namespace
+from .inodes import Inode
+from .namespace import Namespace
 from .volumes import Volumes
 
 

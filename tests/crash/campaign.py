@@ -195,7 +195,7 @@ class Model:
         for ino in self._tf:
             f = self.files.get(ino)
             if f is not None:
-                node = fs.ns.inodes.get(ino)
+                node = fs.ns.find(ino)
                 if node is not None:
                     f.mtime = node.mtime
             sig = f.sig() if f is not None else None

@@ -7,7 +7,8 @@ import pytest
 
 from packfs.catalog import Catalog, CatalogError
 from packfs.journal import snapshot
-from packfs.namespace import ROOT, Namespace, pack_extents, pack_xattrs, unpack_extents, unpack_xattrs
+from packfs.inodes import pack_extents, pack_xattrs, unpack_extents, unpack_xattrs
+from packfs.namespace import ROOT, Namespace
 from packfs.recovery import load_namespace
 
 REG = stat.S_IFREG | 0o640
@@ -22,7 +23,7 @@ def dump(ns: Namespace) -> tuple:
         row[11] = dict(sorted(unpack_xattrs(row[11]).items())) if row[11] else None
         row[12] = unpack_extents(row[12]) if row[12] is not None else None
         inodes[node.ino] = tuple(row)
-    entries = {node.ino: dict(sorted(node.children())) for node in ns if node.entries is not None}
+    entries = {node.ino: dict(sorted(node.children())) for node in ns if node.is_dir}
     return inodes, entries, dict(ns.refs)
 
 
@@ -72,7 +73,7 @@ def test_round_trip(tmp_path, cat):
         assert loaded.refs == {(1, 0, 1 << 20): 2}
         assert (reopened.settings["volume"], reopened.settings["offset"], reopened.settings["seq"]) == (1, 8192, 17)
         assert reopened.settings["pack_id"] == 0xABCDEF
-        assert reopened.counts() == (len(ns), sum(len(n.children()) for n in ns if n.entries is not None))
+        assert reopened.counts() == (len(ns), sum(len(n.children()) for n in ns if n.is_dir))
     finally:
         reopened.close()
 
@@ -97,7 +98,7 @@ def test_incremental_checkpoints(tmp_path, cat):
     checkpoint(cat, ns)
     loaded = load_namespace(cat)
     assert dump(loaded) == dump(ns)
-    assert gone.ino not in loaded.inodes and sub.ino not in loaded.inodes
+    assert gone.ino not in loaded and sub.ino not in loaded
     assert loaded.refs == {}
 
 

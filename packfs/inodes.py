@@ -1,0 +1,401 @@
+"""The inode table: every inode's attributes in typed columns indexed by inode number.
+
+A Swift object is three inodes (suffix directory, hash directory, .data file), and a
+million objects are three million inodes. As Python objects they cost about 600 B each
+(the object, its boxed integers, a dict slot); as a slot in these columns they cost
+72 B. Rare or variable-sized fields (device numbers, symlink targets, xattrs, extent
+maps, entries of directories with several names) live in dicts keyed by inode number.
+
+`Inode` is a view of one slot: made on demand, two pointers big, never stored here.
+Inode numbers are reused (last freed, first reused), so the columns stay as long as the
+largest number of inodes ever live at once, not as the number ever created.
+"""
+from __future__ import annotations
+
+import itertools
+import operator
+import stat
+import struct
+import zlib
+from array import array
+from typing import Any, Iterator
+
+from . import extents as ext
+
+ROOT = 1
+
+# A snapshot of one inode, as the journal and the catalog store it:
+# (ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, xattrs, extents, parent)
+# with xattrs and extents in their packed forms (see pack_xattrs and pack_extents).
+InodeRow = tuple
+
+_EXTENT = struct.Struct("<QIIQII")
+_XHEAD = struct.Struct("<HI")
+PACKED_EXTENTS_MAX = 8  # longer extent lists stay Python lists: cheap to edit
+
+
+def pack_extents(extents: list | None) -> bytes | None:
+    if extents is None:
+        return None
+    return b"".join([_EXTENT.pack(*e) for e in extents])
+
+
+def unpack_extents(blob: bytes | None) -> list | None:
+    return None if blob is None else list(_EXTENT.iter_unpack(blob))
+
+
+# Packed xattrs of XATTR_COMPRESS_MIN bytes or more are stored raw-deflated with this
+# preset dictionary (Swift's metadata keys and pickle framing), behind a prefix no plain
+# blob can start with (its first field is a name length of at most 255). Swift's
+# ~270 B of pickled metadata shrink to ~110 B. On-disk format: never change these bytes.
+_XZ_PREFIX = b"\xff\xff"
+_XZ_DICT = (b"\x13\x00\x00\x00\x00\x00user.swift.metadata\x80\x02}q\x00(X\x04\x00\x00\x00nameq\x01X"
+            b"\x0b\x00\x00\x00X-Timestampq\x03X\x0c\x00\x00\x00Content-Typeq\x05X\x18\x00\x00\x00"
+            b"application/octet-streamq\x06X\x04\x00\x00\x00ETagq\x07X \x00\x00\x00X\x0e\x00\x00\x00"
+            b"Content-Lengthq\x09X\x04\x00\x00\x004096X\x14\x00\x00\x00X-Object-Meta-X-Object-Sysmeta-"
+            b"X-Backend-Durable-TimestampX-Static-Large-Objectu.\x00user.swift.metadata_checksum/AUTH_")
+XATTR_COMPRESS_MIN = 128
+
+
+def pack_xattrs(xattrs: dict[bytes, bytes] | None) -> bytes | None:
+    if not xattrs:
+        return None
+    blob = b"".join([_XHEAD.pack(len(k), len(v)) + k + v for k, v in xattrs.items()])
+    if len(blob) >= XATTR_COMPRESS_MIN:
+        c = zlib.compressobj(6, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, _XZ_DICT)
+        packed = c.compress(blob) + c.flush()
+        if len(packed) + len(_XZ_PREFIX) < len(blob):
+            return _XZ_PREFIX + packed
+    return blob
+
+
+def _plain(blob: bytes) -> bytes:
+    """A packed xattr blob, decompressed if it was stored compressed."""
+    if blob[:2] == _XZ_PREFIX:
+        return zlib.decompressobj(-15, _XZ_DICT).decompress(memoryview(blob)[2:])
+    return blob
+
+
+def _iter_xattrs(blob: bytes) -> Iterator[tuple[bytes, int, int]]:
+    """(name, value start, value end) for each xattr in a plain packed blob."""
+    pos = 0
+    while pos < len(blob):
+        nlen, vlen = _XHEAD.unpack_from(blob, pos)
+        pos += _XHEAD.size
+        yield blob[pos:pos + nlen], pos + nlen, pos + nlen + vlen
+        pos += nlen + vlen
+
+
+def unpack_xattrs(blob: bytes | None) -> dict[bytes, bytes] | None:
+    if not blob:
+        return None
+    blob = _plain(blob)
+    return {name: blob[a:b] for name, a, b in _iter_xattrs(blob)}
+
+
+_U32_COLUMNS = ("mode", "uid", "gid", "nlink")
+_I64_COLUMNS = ("size", "atime", "mtime", "ctime", "parent", "kid")
+
+
+class InodeTable:
+    """The columns, and the directory entries.
+
+    A slot is free when its mode is 0. A directory's entries are kept in one of two
+    forms: most of Swift's suffix and hash directories hold one name, stored in the
+    directory's own slot (`kid` is the child, `kname` its name); a directory with two
+    or more names has a dict in `dirs` instead (`kid` is then 0).
+    """
+
+    def __init__(self) -> None:
+        self.mode = array("I")
+        self.uid = array("I")
+        self.gid = array("I")
+        self.nlink = array("I")
+        self.size = array("q")
+        self.atime = array("q")
+        self.mtime = array("q")
+        self.ctime = array("q")
+        self.parent = array("q")
+        self.kid = array("q")
+        self.kname: list[bytes | None] = []
+        self.dirs: dict[int, dict[bytes, int]] = {}
+        self.rdev: dict[int, int] = {}
+        self.target: dict[int, bytes] = {}
+        self.xattrs: dict[int, bytes] = {}  # packed (pack_xattrs)
+        self.extents: dict[int, bytes | list[ext.Extent]] = {}  # regular files; absent means empty
+        # What only a running mount has: open handles, the kernel's references, write buffers.
+        self.opens: dict[int, int] = {}
+        self.lookups: dict[int, int] = {}
+        self.wbuf: dict[int, Any] = {}
+        self.free = array("q")  # free slots below the highest ever used, reused last first
+        self.live = 0
+        self.grow(ROOT + 1)
+
+    def __len__(self) -> int:
+        return self.live
+
+    def grow(self, slots: int) -> None:
+        """Make room for inode numbers below slots (and then some: growth is geometric)."""
+        have = len(self.mode)
+        if slots <= have:
+            return
+        more = max(slots, have + have // 4 + 1024) - have
+        for name in _U32_COLUMNS:
+            getattr(self, name).frombytes(bytes(4 * more))
+        for name in _I64_COLUMNS:
+            getattr(self, name).frombytes(bytes(8 * more))
+        self.kname.extend(itertools.repeat(None, more))
+
+    def exists(self, ino: int) -> bool:
+        return 0 < ino < len(self.mode) and self.mode[ino] != 0
+
+    def inos(self) -> Iterator[int]:
+        """Every live inode number, ascending."""
+        return itertools.compress(range(len(self.mode)), self.mode)
+
+    def find_free(self, below: int) -> None:
+        """Collect the free slots below `below` (after a load), to be reused."""
+        below = min(below, len(self.mode))
+        self.free = array("q", itertools.compress(range(ROOT + 1, below),
+                                                  map(operator.not_, self.mode[ROOT + 1:below])))
+
+    # -- whole slots ------------------------------------------------------------------
+
+    def put(self, ino: int, mode: int, uid: int, gid: int, now: int) -> None:
+        """Fill a free slot with a new, empty inode."""
+        self.grow(ino + 1)
+        assert self.mode[ino] == 0, f"inode {ino} is in use"
+        self.mode[ino], self.uid[ino], self.gid[ino] = mode, uid, gid
+        self.nlink[ino] = 2 if stat.S_ISDIR(mode) else 1
+        self.size[ino] = self.parent[ino] = 0
+        self.atime[ino] = self.mtime[ino] = self.ctime[ino] = now
+        self.live += 1
+
+    def load(self, row: InodeRow) -> None:
+        """Set a slot from a catalog or journal row; a directory keeps its entries."""
+        (ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, xattrs, extents, parent) = row
+        self.grow(ino + 1)
+        if self.mode[ino] == 0:
+            self.live += 1
+        elif not stat.S_ISDIR(mode):
+            self._clear_entries(ino)
+        self.mode[ino], self.uid[ino], self.gid[ino], self.nlink[ino] = mode, uid, gid, nlink
+        self.size[ino], self.atime[ino], self.mtime[ino], self.ctime[ino] = size, atime, mtime, ctime
+        self.parent[ino] = parent
+        self._set_sparse(self.rdev, ino, rdev)
+        self._set_sparse(self.target, ino, target)
+        self._set_sparse(self.xattrs, ino, xattrs)
+        self._set_sparse(self.extents, ino, extents)
+
+    def row(self, ino: int) -> InodeRow:
+        e = self.extents.get(ino)
+        mode = self.mode[ino]
+        if e is None and stat.S_ISREG(mode):
+            e = b""
+        return (ino, mode, self.uid[ino], self.gid[ino], self.nlink[ino], self.size[ino],
+                self.atime[ino], self.mtime[ino], self.ctime[ino], self.rdev.get(ino, 0),
+                self.target.get(ino), self.xattrs.get(ino),
+                pack_extents(e) if isinstance(e, list) else e, self.parent[ino])
+
+    def drop(self, ino: int) -> None:
+        """Free a slot and everything kept for it."""
+        if not self.exists(ino):
+            return
+        self._clear_entries(ino)
+        self.mode[ino] = 0
+        for sparse in (self.rdev, self.target, self.xattrs, self.extents, self.opens, self.lookups, self.wbuf):
+            sparse.pop(ino, None)
+        self.free.append(ino)
+        self.live -= 1
+
+    def _clear_entries(self, ino: int) -> None:
+        self.kid[ino] = 0
+        self.kname[ino] = None
+        self.dirs.pop(ino, None)
+
+    @staticmethod
+    def _set_sparse(d: dict, ino: int, value: Any) -> None:
+        if value:
+            d[ino] = value
+        else:
+            d.pop(ino, None)
+
+    # -- directory entries ------------------------------------------------------------
+
+    def child(self, d: int, name: bytes) -> int | None:
+        big = self.dirs.get(d)
+        if big is not None:
+            return big.get(name)
+        k = self.kid[d]
+        return k if k and self.kname[d] == name else None
+
+    def children(self, d: int) -> list[tuple[bytes, int]]:
+        big = self.dirs.get(d)
+        if big is not None:
+            return list(big.items())
+        k = self.kid[d]
+        return [(self.kname[d], k)] if k else []  # type: ignore[list-item]
+
+    def has_children(self, d: int) -> bool:
+        return d in self.dirs or self.kid[d] != 0
+
+    def set_child(self, d: int, name: bytes, ino: int) -> None:
+        big = self.dirs.get(d)
+        if big is not None:
+            big[name] = ino
+            return
+        k = self.kid[d]
+        if not k or self.kname[d] == name:
+            self.kid[d], self.kname[d] = ino, name
+        else:
+            self.dirs[d] = {self.kname[d]: k, name: ino}  # type: ignore[dict-item]
+            self.kid[d], self.kname[d] = 0, None
+
+    def del_child(self, d: int, name: bytes) -> None:
+        """Remove a name if present, shrinking back to the one-name form."""
+        big = self.dirs.get(d)
+        if big is not None:
+            big.pop(name, None)
+            if len(big) <= 1:
+                del self.dirs[d]
+                for n, k in big.items():
+                    self.kid[d], self.kname[d] = k, n
+        elif self.kid[d] and self.kname[d] == name:
+            self.kid[d], self.kname[d] = 0, None
+
+
+def _column(name: str, doc: str) -> property:
+    def get(self: "Inode") -> int:
+        return getattr(self.t, name)[self.ino]
+
+    def set_(self: "Inode", value: int) -> None:
+        getattr(self.t, name)[self.ino] = value
+    return property(get, set_, doc=doc)
+
+
+def _sparse(name: str, default: Any, doc: str) -> property:
+    def get(self: "Inode") -> Any:
+        return getattr(self.t, name).get(self.ino, default)
+
+    def set_(self: "Inode", value: Any) -> None:
+        InodeTable._set_sparse(getattr(self.t, name), self.ino, value)
+    return property(get, set_, doc=doc)
+
+
+class Inode:
+    """A view of one inode's slot. Two views of one inode are equal, not identical.
+
+    Xattrs and extents rest in their packed forms (bytes): most inodes are written once
+    and then only read or listed. `xattrs` unpacks a copy to edit and its setter packs
+    it; `extents` unpacks in place so callers may edit it, and its setter packs it again.
+    """
+
+    __slots__ = ("t", "ino")
+
+    def __init__(self, table: InodeTable, ino: int) -> None:
+        self.t = table
+        self.ino = ino
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Inode) and other.ino == self.ino and other.t is self.t
+
+    def __hash__(self) -> int:
+        return self.ino
+
+    def __repr__(self) -> str:
+        return f"<Inode {self.ino} mode {self.mode:o}>"
+
+    mode = _column("mode", "file type and permissions")
+    uid = _column("uid", "owner")
+    gid = _column("gid", "group")
+    nlink = _column("nlink", "link count")
+    size = _column("size", "size in bytes")
+    atime = _column("atime", "access time, ns")
+    mtime = _column("mtime", "modification time, ns")
+    ctime = _column("ctime", "change time, ns")
+    parent = _column("parent", "a directory's parent (for ..)")
+    rdev = _sparse("rdev", 0, "device number of a special file")
+    target = _sparse("target", None, "a symlink's target")
+    opens = _sparse("opens", 0, "open file handles")
+    lookups = _sparse("lookups", 0, "the kernel's references (FUSE lookup count), dropped by forget")
+    wbuf = _sparse("wbuf", None, "writeback.Buffer while the file has unflushed data")
+
+    @property
+    def is_dir(self) -> bool:
+        return stat.S_ISDIR(self.t.mode[self.ino])
+
+    @property
+    def is_reg(self) -> bool:
+        return stat.S_ISREG(self.t.mode[self.ino])
+
+    # -- directory entries ------------------------------------------------------------
+
+    def child(self, name: bytes) -> int | None:
+        return self.t.child(self.ino, name)
+
+    def children(self) -> list[tuple[bytes, int]]:
+        """The (name, ino) pairs of a directory; [] for anything else."""
+        return self.t.children(self.ino)
+
+    def has_children(self) -> bool:
+        return self.t.has_children(self.ino)
+
+    def set_child(self, name: bytes, ino: int) -> None:
+        self.t.set_child(self.ino, name, ino)
+
+    def del_child(self, name: bytes) -> None:
+        self.t.del_child(self.ino, name)
+
+    # -- extents and xattrs -----------------------------------------------------------
+
+    @property
+    def extents(self) -> list[ext.Extent] | None:
+        """The extent map, unpacked in place for editing; None for anything but a file."""
+        if not self.is_reg:
+            return None
+        e = self.t.extents.get(self.ino)
+        if e is None:
+            return []  # an edit is stored by assigning it back
+        if isinstance(e, bytes):
+            e = self.t.extents[self.ino] = unpack_extents(e)  # type: ignore[assignment]
+        return e  # type: ignore[return-value]
+
+    @extents.setter
+    def extents(self, value: list[ext.Extent] | None) -> None:
+        if value and len(value) <= PACKED_EXTENTS_MAX:
+            self.t.extents[self.ino] = pack_extents(value)  # type: ignore[assignment]
+        else:
+            InodeTable._set_sparse(self.t.extents, self.ino, value)
+
+    def extent_list(self) -> list[ext.Extent]:
+        """The extent map for reading, without unpacking it in place."""
+        e = self.t.extents.get(self.ino)
+        if isinstance(e, bytes):
+            return list(_EXTENT.iter_unpack(e))
+        return e or []
+
+    @property
+    def xattrs(self) -> dict[bytes, bytes] | None:
+        """The xattrs, unpacked for editing."""
+        return unpack_xattrs(self.t.xattrs.get(self.ino))
+
+    @xattrs.setter
+    def xattrs(self, value: dict[bytes, bytes] | None) -> None:
+        InodeTable._set_sparse(self.t.xattrs, self.ino, pack_xattrs(value))
+
+    def getxattr(self, name: bytes) -> bytes | None:
+        x = self.t.xattrs.get(self.ino)
+        if x is None:
+            return None
+        x = _plain(x)
+        for n, a, b in _iter_xattrs(x):
+            if n == name:
+                return x[a:b]
+        return None
+
+    def xattr_names(self) -> list[bytes]:
+        x = self.t.xattrs.get(self.ino)
+        return [n for n, _, _ in _iter_xattrs(_plain(x))] if x else []
+
+    def row(self) -> InodeRow:
+        return self.t.row(self.ino)
