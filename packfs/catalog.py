@@ -72,6 +72,10 @@ class Catalog:
         return self.db.execute("SELECT ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, "
                                "target, xattrs, extents, parent FROM inodes")
 
+    def top_ino(self) -> int:
+        """The largest inode number in the checkpoint (0 if none)."""
+        return self.db.execute("SELECT max(ino) FROM inodes").fetchall()[0][0] or 0
+
     def dirents(self) -> Iterator[tuple[int, bytes, int]]:
         return self.db.execute("SELECT parent, name, ino FROM dirents")
 

@@ -18,7 +18,7 @@ import stat
 import struct
 import zlib
 from array import array
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from . import extents as ext
 
@@ -186,6 +186,36 @@ class InodeTable:
         self._set_sparse(self.target, ino, target)
         self._set_sparse(self.xattrs, ino, xattrs)
         self._set_sparse(self.extents, ino, extents)
+
+    def load_all(self, rows: Iterable[InodeRow], top: int) -> None:
+        """Fill empty slots from catalog rows, inode numbers below top: the mount's bulk
+        load, about twice as fast as load() per row."""
+        self.grow(top)
+        mode, uid, gid, nlink = self.mode, self.uid, self.gid, self.nlink
+        size, atime, mtime, ctime, parent = self.size, self.atime, self.mtime, self.ctime, self.parent
+        rdevs, targets, xattrs, extents = self.rdev, self.target, self.xattrs, self.extents
+        n = 0
+        for ino, mode[ino], uid[ino], gid[ino], nlink[ino], size[ino], atime[ino], mtime[ino], ctime[ino], \
+                rdev, target, x, e, parent[ino] in rows:
+            n += 1
+            if x:
+                xattrs[ino] = x
+            if e:
+                extents[ino] = e
+            if rdev:
+                rdevs[ino] = rdev
+            if target:
+                targets[ino] = target
+        self.live += n
+
+    def load_entries(self, dirents: Iterable[tuple[int, bytes, int]]) -> None:
+        """Add catalog directory entries (parent, name, ino) to loaded directories."""
+        kid, kname, dirs, set_child = self.kid, self.kname, self.dirs, self.set_child
+        for parent, name, ino in dirents:
+            if kid[parent] or parent in dirs:
+                set_child(parent, name, ino)
+            else:
+                kid[parent], kname[parent] = ino, name
 
     def row(self, ino: int) -> InodeRow:
         e = self.extents.get(ino)

@@ -43,11 +43,8 @@ class Recovery:
 
 def load_namespace(catalog: Catalog) -> Namespace:
     ns = Namespace()
-    load, set_child = ns.table.load, ns.table.set_child
-    for row in catalog.inode_rows():
-        load(row)
-    for parent, name, ino in catalog.dirents():
-        set_child(parent, name, ino)
+    ns.table.load_all(catalog.inode_rows(), catalog.top_ino() + 1)
+    ns.table.load_entries(catalog.dirents())
     for vol, off, length, count in catalog.shared_records():
         ns.refs[(vol, off, length)] = count
     ns.next_ino = max(ns.next_ino, catalog.settings["next_ino"])

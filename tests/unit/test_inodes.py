@@ -1,0 +1,108 @@
+"""The inode table's columns: slots, rows, reuse of inode numbers, bulk loading."""
+import stat
+
+import pytest
+
+from packfs.inodes import ROOT, Inode, InodeTable, pack_extents, pack_xattrs
+from packfs.namespace import Namespace
+
+REG = stat.S_IFREG | 0o644
+DIR = stat.S_IFDIR | 0o755
+
+
+@pytest.fixture
+def ns():
+    return Namespace.fresh()
+
+
+def sample_rows() -> list[tuple]:
+    """One of each kind of inode, with every optional field used somewhere."""
+    return [
+        (ROOT, DIR, 0, 0, 3, 0, 1, 1, 1, 0, None, None, None, ROOT),
+        (2, REG, 1000, 1000, 1, 4096, 5, 6, 7, 0, None, pack_xattrs({b"user.a": b"x" * 300}),
+         pack_extents([(0, 4096, 1, 0, 0, 4096)]), 0),
+        (3, stat.S_IFLNK | 0o777, 0, 0, 1, 4, 1, 1, 1, 0, b"/tmp", None, None, 0),
+        (4, stat.S_IFCHR | 0o600, 0, 0, 1, 0, 1, 1, 1, 0x0501, None, None, None, 0),
+        (6, DIR, 0, 0, 2, 0, -5, 2, 3, 0, None, pack_xattrs({b"user.d": b"1"}), None, ROOT),
+        (7, REG, 0, 0, 1, 0, 1, 1, 1, 0, None, None, b"", 0),
+    ]
+
+
+def test_rows_load_and_come_back_unchanged():
+    t = InodeTable()
+    for row in sample_rows():
+        t.load(row)
+    assert [t.row(r[0]) for r in sample_rows()] == sample_rows()
+    assert len(t) == 6 and list(t.inos()) == [1, 2, 3, 4, 6, 7]
+
+
+def test_bulk_load_matches_row_by_row_load():
+    one, bulk = InodeTable(), InodeTable()
+    for row in sample_rows():
+        one.load(row)
+    bulk.load_all(iter(sample_rows()), 8)
+    bulk.load_entries([(ROOT, b"f", 2), (ROOT, b"l", 3), (6, b"only", 7)])
+    for r in sample_rows():
+        assert bulk.row(r[0]) == one.row(r[0])
+    assert len(bulk) == len(one) == 6
+    assert sorted(bulk.children(ROOT)) == [(b"f", 2), (b"l", 3)] and bulk.children(6) == [(b"only", 7)]
+    assert bulk.child(6, b"only") == 7 and bulk.child(6, b"other") is None
+
+
+def test_columns_grow_past_their_first_size(ns):
+    d = ns.create(ROOT, b"d", DIR, 0, 0)
+    made = [ns.create(d.ino, b"%d" % i, REG, 0, 0) for i in range(5000)]
+    made[-1].size = 1 << 40
+    assert len(ns.table.mode) > made[-1].ino and len(ns) == 5002
+    assert ns.lookup(d.ino, b"4999") == made[-1] and ns.get(made[-1].ino).size == 1 << 40
+
+
+def test_a_freed_inode_number_is_reused_clean(ns):
+    d = ns.create(ROOT, b"d", DIR, 0, 0)
+    f = ns.create(d.ino, b"f", REG, 0, 0)
+    ns.setxattr(f.ino, b"user.x", b"1")
+    ns.map_extent(f, (0, 10, 1, 0, 0, 10))
+    f.size, f.opens, f.lookups = 10, 1, 2
+    ns.unlink(d.ino, b"f")
+    f.opens = f.lookups = 0
+    assert ns.release(f)
+    g = ns.create(ROOT, b"g", stat.S_IFDIR | 0o700, 5, 6)
+    assert g.ino == f.ino  # the last number freed is the first reused
+    assert (g.uid, g.gid, g.nlink, g.size, g.opens, g.lookups) == (5, 6, 2, 0, 0, 0)
+    assert g.xattr_names() == [] and g.extents is None and ns.listdir(g.ino) == []
+    h = ns.create(ROOT, b"h", REG, 0, 0)
+    assert h.ino == ns.next_ino - 1 and h.extent_list() == []
+
+
+def test_free_numbers_are_found_after_a_load_and_skipped_once_replay_takes_them():
+    t = InodeTable()
+    for row in sample_rows():
+        t.load(row)
+    ns = Namespace()
+    ns.table, ns.next_ino = t, 9
+    ns.loaded()
+    assert sorted(t.free) == [5, 8]
+    t.load((8, REG, 0, 0, 1, 0, 1, 1, 1, 0, None, None, b"", 0))  # a replayed commit created 8
+    assert ns.create(ROOT, b"new", REG, 0, 0).ino == 5
+    assert ns.create(ROOT, b"newer", REG, 0, 0).ino == 9  # 8 is in use, so a new number
+
+
+def test_a_directory_row_keeps_its_entries_and_a_file_row_drops_them():
+    t = InodeTable()
+    t.load((ROOT, DIR, 0, 0, 2, 0, 1, 1, 1, 0, None, None, None, ROOT))
+    t.load((2, DIR, 0, 0, 2, 0, 1, 1, 1, 0, None, None, None, ROOT))
+    t.set_child(2, b"a", 3)
+    t.set_child(2, b"b", 4)
+    t.load((2, DIR | 0o022, 0, 0, 2, 0, 1, 1, 1, 0, None, None, None, ROOT))
+    assert sorted(t.children(2)) == [(b"a", 3), (b"b", 4)]
+    t.load((2, REG, 0, 0, 1, 0, 1, 1, 1, 0, None, None, b"", 0))
+    assert t.children(2) == [] and 2 not in t.dirs
+
+
+def test_views_compare_by_inode_number(ns):
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    again = Inode(ns.table, f.ino)
+    assert again == f and again is not f and hash(again) == hash(f)
+    f.mtime = 123
+    assert again.mtime == 123  # both read the one slot
+    assert ns.lookup(ROOT, b"f") == f and ns.lookup(ROOT, b".") != f
