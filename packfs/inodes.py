@@ -93,6 +93,22 @@ def unpack_xattrs(blob: bytes | None) -> dict[bytes, bytes] | None:
     return {name: blob[a:b] for name, a, b in _iter_xattrs(blob)}
 
 
+# Names this short are shared, one object per distinct name: Swift's three-hex-digit
+# suffix directories repeat in every partition (40 B saved per suffix directory).
+SHORT_NAME_MAX = 4
+_SHORT_NAMES_MAX = 1 << 16  # beyond this many distinct short names, stop sharing
+_short_names: dict[bytes, bytes] = {}
+
+
+def _shared_name(name: bytes) -> bytes:
+    shared = _short_names.get(name)
+    if shared is None:
+        if len(_short_names) >= _SHORT_NAMES_MAX:
+            return name
+        shared = _short_names[name] = name
+    return shared
+
+
 _U32_COLUMNS = ("mode", "uid", "gid", "nlink")
 _I64_COLUMNS = ("size", "atime", "mtime", "ctime", "parent", "kid")
 
@@ -215,7 +231,12 @@ class InodeTable:
             if kid[parent] or parent in dirs:
                 set_child(parent, name, ino)
             else:
-                kid[parent], kname[parent] = ino, name
+                kid[parent], kname[parent] = ino, (_shared_name(name) if len(name) <= SHORT_NAME_MAX else name)
+
+    def stat(self, ino: int) -> tuple[int, int, int, int, int, int, int, int, int]:
+        """(mode, nlink, uid, gid, rdev, size, atime, mtime, ctime): what getattr answers, in one call."""
+        return (self.mode[ino], self.nlink[ino], self.uid[ino], self.gid[ino], self.rdev.get(ino, 0),
+                self.size[ino], self.atime[ino], self.mtime[ino], self.ctime[ino])
 
     def row(self, ino: int) -> InodeRow:
         e = self.extents.get(ino)
@@ -270,6 +291,8 @@ class InodeTable:
         return d in self.dirs or self.kid[d] != 0
 
     def set_child(self, d: int, name: bytes, ino: int) -> None:
+        if len(name) <= SHORT_NAME_MAX:
+            name = _shared_name(name)
         big = self.dirs.get(d)
         if big is not None:
             big[name] = ino

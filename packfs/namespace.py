@@ -123,9 +123,10 @@ class Namespace:
     # -- reads ----------------------------------------------------------------
 
     def get(self, ino: int) -> Inode:
-        if not self.table.exists(ino):
+        t = self.table
+        if not (0 < ino < len(t.mode) and t.mode[ino]):  # t.exists, inlined: every request calls this
             raise enoent()
-        return Inode(self.table, ino)
+        return Inode(t, ino)
 
     def find(self, ino: int) -> Inode | None:
         return Inode(self.table, ino) if self.table.exists(ino) else None

@@ -84,17 +84,11 @@ class Operations(pyfuse3.Operations):
         a.generation = 0
         a.entry_timeout = self._entry_timeout
         a.attr_timeout = self._attr_timeout
-        a.st_mode = node.mode
-        a.st_nlink = node.nlink
-        a.st_uid = node.uid
-        a.st_gid = node.gid
-        a.st_rdev = node.rdev
-        a.st_size = node.size
+        (a.st_mode, a.st_nlink, a.st_uid, a.st_gid, a.st_rdev, size,
+         a.st_atime_ns, a.st_mtime_ns, a.st_ctime_ns) = node.t.stat(node.ino)
+        a.st_size = size
         a.st_blksize = 65536
-        a.st_blocks = (node.size + 511) // 512
-        a.st_atime_ns = node.atime
-        a.st_mtime_ns = node.mtime
-        a.st_ctime_ns = node.ctime
+        a.st_blocks = (size + 511) // 512
         return a
 
     # -- namespace ------------------------------------------------------------------
