@@ -37,6 +37,7 @@ class CatalogError(Exception):
 class Catalog:
     def __init__(self, path: str, create: bool = False) -> None:
         flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if create else 0)
+        self._reader: apsw.Connection | None = None
         try:
             self.db = apsw.Connection(path, flags=flags)
             # One pragma per execute: apsw stops a multi-statement execute at the first row.
@@ -51,6 +52,8 @@ class Catalog:
                                f"reads formats {', '.join(map(str, READABLE_FORMATS))}")
 
     def close(self) -> None:
+        if self._reader is not None and self._reader is not self.db:
+            self._reader.close()
         self.db.close()
 
     def initialise(self, pack_id: int) -> None:
@@ -69,8 +72,21 @@ class Catalog:
         self.settings.update(values)
 
     def inode_rows(self) -> Iterator[InodeRow]:
+        """Every inode row, but with 1 or 0 for the xattrs: whether there are any (see xattrs_of)."""
         return self.db.execute("SELECT ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, "
-                               "target, xattrs, extents, parent FROM inodes")
+                               "target, xattrs IS NOT NULL, extents, parent FROM inodes")
+
+    def xattrs_of(self, ino: int) -> bytes | None:
+        """One inode's packed xattrs as of the last checkpoint.
+
+        Read through a second connection: under WAL it never waits for a checkpoint
+        being written on the first (from a worker thread) and sees the last one committed.
+        """
+        if self._reader is None:
+            self._reader = apsw.Connection(self.db.filename, flags=apsw.SQLITE_OPEN_READONLY)
+        # fetchall ends the statement, and the read transaction with it, before returning.
+        rows = self._reader.execute("SELECT xattrs FROM inodes WHERE ino = ?", (ino,)).fetchall()
+        return rows[0][0] if rows else None
 
     def top_ino(self) -> int:
         """The largest inode number in the checkpoint (0 if none)."""

@@ -3,8 +3,10 @@
 A Swift object is three inodes (suffix directory, hash directory, .data file), and a
 million objects are three million inodes. As Python objects they cost about 600 B each
 (the object, its boxed integers, a dict slot); as a slot in these columns they cost
-72 B. Rare or variable-sized fields (device numbers, symlink targets, xattrs, extent
-maps, entries of directories with several names) live in dicts keyed by inode number.
+72 B. Rare or variable-sized fields (device numbers, symlink targets, extent maps,
+entries of directories with several names) live in dicts keyed by inode number.
+Xattr values stay in the catalog once a checkpoint has written them (see packed_xattrs):
+Swift's metadata is the largest thing an object has, and GETs read it once per open.
 
 `Inode` is a view of one slot: made on demand, two pointers big, never stored here.
 Inode numbers are reused (last freed, first reused), so the columns stay as long as the
@@ -18,7 +20,7 @@ import stat
 import struct
 import zlib
 from array import array
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from . import extents as ext
 
@@ -109,8 +111,21 @@ def _shared_name(name: bytes) -> bytes:
     return shared
 
 
-_U32_COLUMNS = ("mode", "uid", "gid", "nlink")
-_I64_COLUMNS = ("size", "atime", "mtime", "ctime", "parent", "kid")
+_ABSENT = object()
+_FETCHED_MAX = 256
+
+_U32_COLUMNS = ("mode", "uid", "gid", "nlink", "rlen")
+_I64_COLUMNS = ("size", "atime", "mtime", "ctime", "parent", "kid", "rec")
+_REC_OFFSET_BITS = 40  # rec = volume << 40 | record offset / 4 KiB
+
+
+def _rec(e: ext.Extent) -> int:
+    """The `rec` column's value for a file's only extent if it is a whole record from file
+    offset 0 (offsets are 4 KiB aligned), else 0."""
+    f, n, vol, off, skip, rlen = e
+    if f or skip or n != rlen or off & 4095 or not 0 < vol < 1 << 23 or off >= 1 << 52 or rlen >= 1 << 32:
+        return 0
+    return vol << _REC_OFFSET_BITS | off >> 12
 
 
 class InodeTable:
@@ -137,8 +152,18 @@ class InodeTable:
         self.dirs: dict[int, dict[bytes, int]] = {}
         self.rdev: dict[int, int] = {}
         self.target: dict[int, bytes] = {}
-        self.xattrs: dict[int, bytes] = {}  # packed (pack_xattrs)
-        self.extents: dict[int, bytes | list[ext.Extent]] = {}  # regular files; absent means empty
+        # Xattrs (packed) the catalog does not hold yet; None: none, whatever the catalog has.
+        self.xattrs: dict[int, bytes | None] = {}
+        self.xcat = bytearray()  # 1 where the catalog holds the inode's xattrs (and xattrs has no entry)
+        self.fetch_xattrs: Callable[[int], bytes | None] = lambda ino: None  # from the catalog
+        self._fetched: dict[int, bytes] = {}  # the last few values fetched (a GET reads them ~5 times)
+        # Extent maps of regular files; absent means empty. A file whose map is one whole
+        # record (most Swift objects smaller than disk_chunk_size) has it in the `rec` and
+        # `rlen` columns instead (12 B, not ~120); others have it here, packed up to
+        # PACKED_EXTENTS_MAX extents, a list beyond (cheap to edit in place).
+        self.rec = array("q")
+        self.rlen = array("I")
+        self.extents: dict[int, bytes | list[ext.Extent]] = {}
         # What only a running mount has: open handles, the kernel's references, write buffers.
         self.opens: dict[int, int] = {}
         self.lookups: dict[int, int] = {}
@@ -161,6 +186,7 @@ class InodeTable:
         for name in _I64_COLUMNS:
             getattr(self, name).frombytes(bytes(8 * more))
         self.kname.extend(itertools.repeat(None, more))
+        self.xcat.extend(bytes(more))
 
     def exists(self, ino: int) -> bool:
         return 0 < ino < len(self.mode) and self.mode[ino] != 0
@@ -185,6 +211,7 @@ class InodeTable:
         self.nlink[ino] = 2 if stat.S_ISDIR(mode) else 1
         self.size[ino] = self.parent[ino] = 0
         self.atime[ino] = self.mtime[ino] = self.ctime[ino] = now
+        self.xcat[ino] = self.rec[ino] = 0
         self.live += 1
 
     def load(self, row: InodeRow) -> None:
@@ -200,27 +227,33 @@ class InodeTable:
         self.parent[ino] = parent
         self._set_sparse(self.rdev, ino, rdev)
         self._set_sparse(self.target, ino, target)
-        self._set_sparse(self.xattrs, ino, xattrs)
-        self._set_sparse(self.extents, ino, extents)
+        self.set_xattrs(ino, xattrs)
+        self.set_extents(ino, unpack_extents(extents) if extents else None)
 
     def load_all(self, rows: Iterable[InodeRow], top: int) -> None:
         """Fill empty slots from catalog rows, inode numbers below top: the mount's bulk
-        load, about twice as fast as load() per row."""
+        load, about twice as fast as load() per row. In these rows the xattrs field only
+        says whether the catalog holds any (1 or 0): the values stay there."""
         self.grow(top)
         mode, uid, gid, nlink = self.mode, self.uid, self.gid, self.nlink
         size, atime, mtime, ctime, parent = self.size, self.atime, self.mtime, self.ctime, self.parent
-        rdevs, targets, xattrs, extents = self.rdev, self.target, self.xattrs, self.extents
+        rdevs, targets, extents, xcat, rec, rlen = self.rdev, self.target, self.extents, self.xcat, self.rec, self.rlen
+        one, unpack = _EXTENT.size, _EXTENT.unpack
         n = 0
         for ino, mode[ino], uid[ino], gid[ino], nlink[ino], size[ino], atime[ino], mtime[ino], ctime[ino], \
-                rdev, target, x, e, parent[ino] in rows:
+                rdev, target, xcat[ino], e, parent[ino] in rows:
             n += 1
-            if x:
-                xattrs[ino] = x
             if e:
+                if len(e) == one:
+                    only = unpack(e)
+                    rec[ino] = _rec(only)
+                    if rec[ino]:
+                        rlen[ino] = only[5]
+                        continue
                 extents[ino] = e
-            if rdev:
+            elif rdev:
                 rdevs[ino] = rdev
-            if target:
+            elif target:
                 targets[ino] = target
         self.live += n
 
@@ -239,22 +272,20 @@ class InodeTable:
                 self.size[ino], self.atime[ino], self.mtime[ino], self.ctime[ino])
 
     def row(self, ino: int) -> InodeRow:
-        e = self.extents.get(ino)
         mode = self.mode[ino]
-        if e is None and stat.S_ISREG(mode):
-            e = b""
         return (ino, mode, self.uid[ino], self.gid[ino], self.nlink[ino], self.size[ino],
                 self.atime[ino], self.mtime[ino], self.ctime[ino], self.rdev.get(ino, 0),
-                self.target.get(ino), self.xattrs.get(ino),
-                pack_extents(e) if isinstance(e, list) else e, self.parent[ino])
+                self.target.get(ino), self.packed_xattrs(ino),
+                self.packed_extents(ino) if stat.S_ISREG(mode) else None, self.parent[ino])
 
     def drop(self, ino: int) -> None:
         """Free a slot and everything kept for it."""
         if not self.exists(ino):
             return
         self._clear_entries(ino)
-        self.mode[ino] = 0
-        for sparse in (self.rdev, self.target, self.xattrs, self.extents, self.opens, self.lookups, self.wbuf):
+        self.mode[ino] = self.xcat[ino] = self.rec[ino] = 0
+        for sparse in (self.rdev, self.target, self.xattrs, self._fetched, self.extents, self.opens,
+                       self.lookups, self.wbuf):
             sparse.pop(ino, None)
         self.free.append(ino)
         self.live -= 1
@@ -263,6 +294,68 @@ class InodeTable:
         self.kid[ino] = 0
         self.kname[ino] = None
         self.dirs.pop(ino, None)
+
+    # -- extent maps ------------------------------------------------------------------
+
+    def extent_list(self, ino: int) -> list[ext.Extent]:
+        """A file's extent map. A map kept as a list is returned itself, to be edited in place."""
+        r = self.rec[ino]
+        if r:
+            n = self.rlen[ino]
+            return [(0, n, r >> _REC_OFFSET_BITS, (r & ((1 << _REC_OFFSET_BITS) - 1)) << 12, 0, n)]
+        e = self.extents.get(ino)
+        if isinstance(e, bytes):
+            return list(_EXTENT.iter_unpack(e))
+        return e or []
+
+    def set_extents(self, ino: int, value: list[ext.Extent] | None) -> None:
+        r = _rec(value[0]) if value and len(value) == 1 else 0
+        self.rec[ino] = r
+        if r:
+            self.rlen[ino] = value[0][5]  # type: ignore[index]
+            self.extents.pop(ino, None)
+        elif value:
+            self.extents[ino] = pack_extents(value) if len(value) <= PACKED_EXTENTS_MAX else value  # type: ignore[assignment]
+        else:
+            self.extents.pop(ino, None)
+
+    def packed_extents(self, ino: int) -> bytes:
+        e = self.extents.get(ino)
+        return e if isinstance(e, bytes) else pack_extents(self.extent_list(ino))  # type: ignore[return-value]
+
+    # -- xattrs ------------------------------------------------------------------------
+
+    def packed_xattrs(self, ino: int) -> bytes | None:
+        """An inode's xattrs, packed: from memory if changed since the last checkpoint, else
+        from the catalog (through its own read connection: WAL readers never wait)."""
+        x = self.xattrs.get(ino, _ABSENT)
+        if x is not _ABSENT:
+            return x  # type: ignore[return-value]
+        if not self.xcat[ino]:
+            return None
+        x = self._fetched.get(ino)
+        if x is None:
+            x = self.fetch_xattrs(ino)
+            if len(self._fetched) >= _FETCHED_MAX:
+                del self._fetched[next(iter(self._fetched))]
+            self._fetched[ino] = x  # type: ignore[assignment]
+        return x  # type: ignore[return-value]
+
+    def set_xattrs(self, ino: int, packed: bytes | None) -> None:
+        """An inode's new xattrs, held in memory until a checkpoint writes them."""
+        self.xattrs[ino] = packed or None
+        self.xcat[ino] = 0
+        self._fetched.pop(ino, None)
+
+    def checkpointed(self, rows: Iterable[InodeRow]) -> None:
+        """The catalog now holds these rows: forget the xattrs that have not changed since
+        they were taken (the very same object), to read them from the catalog from now on."""
+        xattrs, xcat = self.xattrs, self.xcat
+        for row in rows:
+            ino, x = row[0], row[11]
+            if xattrs.get(ino, _ABSENT) is x:
+                del xattrs[ino]
+                xcat[ino] = x is not None
 
     @staticmethod
     def _set_sparse(d: dict, ino: int, value: Any) -> None:
@@ -339,8 +432,8 @@ class Inode:
     """A view of one inode's slot. Two views of one inode are equal, not identical.
 
     Xattrs and extents rest in their packed forms (bytes): most inodes are written once
-    and then only read or listed. `xattrs` unpacks a copy to edit and its setter packs
-    it; `extents` unpacks in place so callers may edit it, and its setter packs it again.
+    and then only read or listed. `xattrs` and `extents` give a map to edit, and their
+    setters store the edited map again.
     """
 
     __slots__ = ("t", "ino")
@@ -403,41 +496,28 @@ class Inode:
 
     @property
     def extents(self) -> list[ext.Extent] | None:
-        """The extent map, unpacked in place for editing; None for anything but a file."""
-        if not self.is_reg:
-            return None
-        e = self.t.extents.get(self.ino)
-        if e is None:
-            return []  # an edit is stored by assigning it back
-        if isinstance(e, bytes):
-            e = self.t.extents[self.ino] = unpack_extents(e)  # type: ignore[assignment]
-        return e  # type: ignore[return-value]
+        """The extent map to edit (assign it back to store the edit); None for anything but a file."""
+        return self.t.extent_list(self.ino) if self.is_reg else None
 
     @extents.setter
     def extents(self, value: list[ext.Extent] | None) -> None:
-        if value and len(value) <= PACKED_EXTENTS_MAX:
-            self.t.extents[self.ino] = pack_extents(value)  # type: ignore[assignment]
-        else:
-            InodeTable._set_sparse(self.t.extents, self.ino, value)
+        self.t.set_extents(self.ino, value)
 
     def extent_list(self) -> list[ext.Extent]:
-        """The extent map for reading, without unpacking it in place."""
-        e = self.t.extents.get(self.ino)
-        if isinstance(e, bytes):
-            return list(_EXTENT.iter_unpack(e))
-        return e or []
+        """The extent map, to read."""
+        return self.t.extent_list(self.ino)
 
     @property
     def xattrs(self) -> dict[bytes, bytes] | None:
         """The xattrs, unpacked for editing."""
-        return unpack_xattrs(self.t.xattrs.get(self.ino))
+        return unpack_xattrs(self.t.packed_xattrs(self.ino))
 
     @xattrs.setter
     def xattrs(self, value: dict[bytes, bytes] | None) -> None:
-        InodeTable._set_sparse(self.t.xattrs, self.ino, pack_xattrs(value))
+        self.t.set_xattrs(self.ino, pack_xattrs(value))
 
     def getxattr(self, name: bytes) -> bytes | None:
-        x = self.t.xattrs.get(self.ino)
+        x = self.t.packed_xattrs(self.ino)
         if x is None:
             return None
         x = _plain(x)
@@ -447,7 +527,7 @@ class Inode:
         return None
 
     def xattr_names(self) -> list[bytes]:
-        x = self.t.xattrs.get(self.ino)
+        x = self.t.packed_xattrs(self.ino)
         return [n for n, _, _ in _iter_xattrs(_plain(x))] if x else []
 
     def row(self) -> InodeRow:

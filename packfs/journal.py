@@ -153,6 +153,7 @@ class Journal:
                 self.ns.frees[:0] = frees
                 self._metas[:0] = metas
                 raise
+            self.ns.table.checkpointed(rows)
             self._appended_at_checkpoint = self.volumes.appended
             await self.volumes.punch(frees + metas, position["volume"])
             self.checkpoints += 1

@@ -44,6 +44,7 @@ class Recovery:
 def load_namespace(catalog: Catalog) -> Namespace:
     ns = Namespace()
     ns.table.load_all(catalog.inode_rows(), catalog.top_ino() + 1)
+    ns.table.fetch_xattrs = catalog.xattrs_of
     ns.table.load_entries(catalog.dirents())
     for vol, off, length, count in catalog.shared_records():
         ns.refs[(vol, off, length)] = count

@@ -130,3 +130,19 @@ def test_blob_codecs():
     x = {b"user.a": b"", b"user.b" * 40: b"\x00" * 65536}
     assert unpack_xattrs(pack_xattrs(x)) == x
     assert pack_xattrs({}) is None and unpack_xattrs(None) is None
+
+
+def test_xattrs_are_read_from_the_last_checkpoint_while_the_next_is_being_written(cat):
+    ns = build()
+    checkpoint(cat, ns)
+    f = ns.lookup(ROOT, b"hardlink")
+    old = cat.xattrs_of(f.ino)
+    assert unpack_xattrs(old)[b"user.swift.metadata1"] == b"" and cat.xattrs_of(999) is None
+    ns.setxattr(f.ino, b"user.swift.metadata1", b"newer")
+    ns.take_journal_changes()
+    rows, removed, dirents, refs = snapshot(ns, ns.take_catalog_changes())
+    assert [r[0] for r in rows] == [f.ino]
+    with cat.db:  # the next checkpoint's transaction, not committed yet
+        cat.db.executemany("INSERT OR REPLACE INTO inodes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        assert cat.xattrs_of(f.ino) == old  # neither blocked nor shown the uncommitted row
+    assert unpack_xattrs(cat.xattrs_of(f.ino))[b"user.swift.metadata1"] == b"newer"

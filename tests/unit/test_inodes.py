@@ -36,11 +36,18 @@ def test_rows_load_and_come_back_unchanged():
     assert len(t) == 6 and list(t.inos()) == [1, 2, 3, 4, 6, 7]
 
 
+def catalog_form(row: tuple) -> tuple:
+    """A row as Catalog.inode_rows gives it: whether there are xattrs, not what they are."""
+    return row[:11] + (int(row[11] is not None),) + row[12:]
+
+
 def test_bulk_load_matches_row_by_row_load():
     one, bulk = InodeTable(), InodeTable()
     for row in sample_rows():
         one.load(row)
-    bulk.load_all(iter(sample_rows()), 8)
+    bulk.load_all(map(catalog_form, sample_rows()), 8)
+    in_catalog = {r[0]: r[11] for r in sample_rows()}
+    bulk.fetch_xattrs = in_catalog.__getitem__
     bulk.load_entries([(ROOT, b"f", 2), (ROOT, b"l", 3), (6, b"only", 7)])
     for r in sample_rows():
         assert bulk.row(r[0]) == one.row(r[0])
@@ -106,3 +113,94 @@ def test_views_compare_by_inode_number(ns):
     f.mtime = 123
     assert again.mtime == 123  # both read the one slot
     assert ns.lookup(ROOT, b"f") == f and ns.lookup(ROOT, b".") != f
+
+
+class FakeCatalog:
+    """The xattrs a catalog holds, and how often they were read."""
+
+    def __init__(self) -> None:
+        self.xattrs: dict[int, bytes | None] = {}
+        self.reads = 0
+
+    def fetch(self, ino: int) -> bytes | None:
+        self.reads += 1
+        return self.xattrs.get(ino)
+
+    def checkpoint(self, t: InodeTable, inos: list[int]) -> list[tuple]:
+        rows = [t.row(i) for i in inos]
+        self.xattrs.update((r[0], r[11]) for r in rows)
+        return rows
+
+
+def test_checkpointed_xattrs_leave_memory_and_are_read_from_the_catalog(ns):
+    cat = FakeCatalog()
+    ns.table.fetch_xattrs = cat.fetch
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    g = ns.create(ROOT, b"g", REG, 0, 0)
+    ns.setxattr(f.ino, b"user.swift.metadata", b"m" * 300)
+    rows = cat.checkpoint(ns.table, [f.ino, g.ino])
+    ns.table.checkpointed(rows)
+    assert ns.table.xattrs == {} and cat.reads == 0
+    for _ in range(5):  # a GET reads them several times: one catalog read
+        assert ns.getxattr(f.ino, b"user.swift.metadata") == b"m" * 300
+    assert cat.reads == 1 and g.xattr_names() == [] and cat.reads == 1  # g has none: never read
+    assert f.row()[11] == cat.xattrs[f.ino]
+
+
+def test_a_change_while_the_checkpoint_is_written_stays_in_memory(ns):
+    cat = FakeCatalog()
+    ns.table.fetch_xattrs = cat.fetch
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    ns.setxattr(f.ino, b"user.a", b"old")
+    rows = cat.checkpoint(ns.table, [f.ino])
+    ns.setxattr(f.ino, b"user.a", b"new")  # after the rows were taken, before the commit
+    ns.table.checkpointed(rows)
+    assert ns.getxattr(f.ino, b"user.a") == b"new" and cat.reads == 0
+    ns.removexattr(f.ino, b"user.a")
+    ns.table.checkpointed(cat.checkpoint(ns.table, [f.ino]))
+    assert ns.listxattr(f.ino) == [] and cat.reads == 0
+
+
+def test_a_reused_inode_number_never_sees_the_catalogs_xattrs_of_the_old_inode(ns):
+    cat = FakeCatalog()
+    ns.table.fetch_xattrs = cat.fetch
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    ns.setxattr(f.ino, b"user.a", b"old inode")
+    ns.table.checkpointed(cat.checkpoint(ns.table, [f.ino]))
+    ns.unlink(ROOT, b"f")
+    ns.release(f)
+    g = ns.create(ROOT, b"g", REG, 0, 0)
+    assert g.ino == f.ino and g.xattr_names() == [] and g.row()[11] is None and cat.reads == 0
+
+
+def test_replayed_rows_override_the_catalogs_xattrs():
+    t = InodeTable()
+    cat = FakeCatalog()
+    cat.xattrs[2] = pack_xattrs({b"user.a": b"checkpointed"})
+    t.fetch_xattrs = cat.fetch
+    t.load_all([catalog_form(r) for r in sample_rows()[:2]], 3)
+    t.load((2, REG, 0, 0, 1, 0, 1, 1, 1, 0, None, pack_xattrs({b"user.a": b"replayed"}), b"", 0))
+    assert Inode(t, 2).getxattr(b"user.a") == b"replayed"
+    t.load((2, REG, 0, 0, 1, 0, 1, 1, 1, 0, None, None, b"", 0))
+    assert Inode(t, 2).getxattr(b"user.a") is None and cat.reads == 0
+
+
+def test_a_file_written_whole_in_one_record_keeps_its_map_in_columns(ns):
+    t = ns.table
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    ns.map_extent(f, (0, 4096, 3, 1 << 30, 0, 4096))
+    assert f.ino not in t.extents and t.rec[f.ino] and f.extent_list() == [(0, 4096, 3, 1 << 30, 0, 4096)]
+    assert f.row()[12] == pack_extents([(0, 4096, 3, 1 << 30, 0, 4096)])
+    ns.map_extent(f, (4096, 100, 3, (1 << 30) + 8192, 0, 100))  # a second record: a dict entry
+    assert t.rec[f.ino] == 0 and f.extent_list() == [(0, 4096, 3, 1 << 30, 0, 4096),
+                                                     (4096, 100, 3, (1 << 30) + 8192, 0, 100)]
+    ns.truncate_extents(f, 4096)
+    assert t.rec[f.ino] and f.ino not in t.extents  # one whole record again
+    ns.truncate_extents(f, 100)  # part of a record: not whole, so a dict entry
+    assert t.rec[f.ino] == 0 and f.extent_list() == [(0, 100, 3, 1 << 30, 0, 4096)]
+    g = ns.create(ROOT, b"g", REG, 0, 0)
+    for i in range(20):  # a long map is a list, edited in place
+        ns.map_extent(g, (i * 10, 10, 1, i * 4096, 0, 10))
+    assert isinstance(t.extents[g.ino], list) and len(g.extent_list()) == 20
+    ns.unlink(ROOT, b"f")
+    assert ns.release(f) and t.rec[f.ino] == 0 and f.ino not in t.extents
