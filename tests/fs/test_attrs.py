@@ -207,3 +207,28 @@ def test_security_capability_absent(work):
     write_file(work / "f", b"")
     with raises_errno(errno.ENODATA):
         os.getxattr(work / "f", "security.capability")
+
+
+def test_xattrs_read_back_from_the_catalog_after_a_checkpoint(shared_mount, work):
+    """A checkpoint drops xattr values from the daemon's memory; they are read from the catalog."""
+    from packfs import control, pack
+
+    packdir, _ = shared_mount
+    pack_id = pack.read_marker(str(packdir))["pack_id"]
+    values = {i: os.urandom(40) * (i + 1) for i in range(50)}
+    for i, v in values.items():
+        write_file(work / f"f{i}", b"")
+        os.setxattr(work / f"f{i}", "user.swift.metadata", v)
+    os.setxattr(work / "f0", "user.second", b"2")
+    assert control.request(pack_id, "stats")["xattrs_in_memory"] >= len(values)
+    assert control.request(pack_id, "sync") == {"ok": True}
+    assert control.request(pack_id, "stats")["xattrs_in_memory"] == 0
+    for i, v in values.items():
+        assert os.getxattr(work / f"f{i}", "user.swift.metadata") == v
+    assert sorted(os.listxattr(work / "f0")) == ["user.second", "user.swift.metadata"]
+    os.setxattr(work / "f1", "user.swift.metadata", b"changed")  # read back, changed, checkpointed again
+    os.removexattr(work / "f0", "user.second")
+    assert control.request(pack_id, "sync") == {"ok": True}
+    assert os.getxattr(work / "f1", "user.swift.metadata") == b"changed"
+    assert os.listxattr(work / "f0") == ["user.swift.metadata"]
+    assert os.listxattr(work / "f2") == ["user.swift.metadata"]
