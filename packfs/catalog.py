@@ -71,10 +71,10 @@ class Catalog:
         self.db.executemany("INSERT OR REPLACE INTO settings VALUES (?, ?)", values.items())
         self.settings.update(values)
 
-    def inode_rows(self) -> Iterator[InodeRow]:
-        """Every inode row, but with 1 or 0 for the xattrs: whether there are any (see xattrs_of)."""
-        return self.db.execute("SELECT ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, "
-                               "target, xattrs IS NOT NULL, extents, parent FROM inodes")
+    def inode_rows(self, xattrs: bool = True) -> Iterator[InodeRow]:
+        """Every inode row; without xattrs, 1 or 0 in their place: whether there are any (see xattrs_of)."""
+        return self.db.execute("SELECT ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, "
+                               f"{'xattrs' if xattrs else 'xattrs IS NOT NULL'}, extents, parent FROM inodes")
 
     def xattrs_of(self, ino: int) -> bytes | None:
         """One inode's packed xattrs as of the last checkpoint.

@@ -50,7 +50,8 @@ class Daemon:
         # Freezing them afterwards keeps later collections from walking the whole table.
         gc.disable()
         try:
-            p = pack.open_pack(self.packdir, disk, self.opts.volume_size, self.opts.cache_size)
+            p = pack.open_pack(self.packdir, disk, self.opts.volume_size, self.opts.cache_size,
+                               self.opts.xattrs_in_memory)
         except Exception as e:
             log.exception("cannot open %s", self.packdir)
             ready(f"cannot open {self.packdir}: {e}")

@@ -220,7 +220,7 @@ class Filesystem:
             "checkpoints": self.journal.checkpoints,
             "last_checkpoint_seconds": round(self.journal.last_checkpoint_seconds, 3),
             "dirty_bytes": self.wb.dirty_bytes,
-            "xattrs_in_memory": len(self.ns.table.xattrs),  # the rest are read from the catalog
+            "xattr_values_in_memory": len(self.ns.table.xattrs),  # others are read from the catalog
             "rss_bytes": rss, "rss_per_file": rss / max(1, files),
             "recovery": {"replayed": self.pack.recovery.replayed, "orphans": self.pack.recovery.orphans,
                          "seconds": round(self.pack.recovery.seconds, 3)},

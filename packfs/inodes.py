@@ -5,8 +5,9 @@ million objects are three million inodes. As Python objects they cost about 600 
 (the object, its boxed integers, a dict slot); as a slot in these columns they cost
 72 B. Rare or variable-sized fields (device numbers, symlink targets, extent maps,
 entries of directories with several names) live in dicts keyed by inode number.
-Xattr values stay in the catalog once a checkpoint has written them (see packed_xattrs):
-Swift's metadata is the largest thing an object has, and GETs read it once per open.
+Xattr values are kept in memory too, unless `keep_xattrs` is off: then they stay in the
+catalog once a checkpoint has written them (see packed_xattrs), which saves Swift's
+metadata, the largest thing an object has, at the price of a catalog read on a cold GET.
 
 `Inode` is a view of one slot: made on demand, two pointers big, never stored here.
 Inode numbers are reused (last freed, first reused), so the columns stay as long as the
@@ -152,7 +153,9 @@ class InodeTable:
         self.dirs: dict[int, dict[bytes, int]] = {}
         self.rdev: dict[int, int] = {}
         self.target: dict[int, bytes] = {}
-        # Xattrs (packed) the catalog does not hold yet; None: none, whatever the catalog has.
+        # Packed xattrs: all of them while keep_xattrs, else only those the catalog does not
+        # hold yet (None: none, whatever the catalog has).
+        self.keep_xattrs = True
         self.xattrs: dict[int, bytes | None] = {}
         self.xcat = bytearray()  # 1 where the catalog holds the inode's xattrs (and xattrs has no entry)
         self.fetch_xattrs: Callable[[int], bytes | None] = lambda ino: None  # from the catalog
@@ -232,17 +235,23 @@ class InodeTable:
 
     def load_all(self, rows: Iterable[InodeRow], top: int) -> None:
         """Fill empty slots from catalog rows, inode numbers below top: the mount's bulk
-        load, about twice as fast as load() per row. In these rows the xattrs field only
-        says whether the catalog holds any (1 or 0): the values stay there."""
+        load, about twice as fast as load() per row. Unless keep_xattrs, the rows' xattrs
+        field only says whether the catalog holds any (1 or 0): the values stay there."""
         self.grow(top)
         mode, uid, gid, nlink = self.mode, self.uid, self.gid, self.nlink
         size, atime, mtime, ctime, parent = self.size, self.atime, self.mtime, self.ctime, self.parent
         rdevs, targets, extents, xcat, rec, rlen = self.rdev, self.target, self.extents, self.xcat, self.rec, self.rlen
+        xattrs = self.xattrs if self.keep_xattrs else None
         one, unpack = _EXTENT.size, _EXTENT.unpack
         n = 0
         for ino, mode[ino], uid[ino], gid[ino], nlink[ino], size[ino], atime[ino], mtime[ino], ctime[ino], \
-                rdev, target, xcat[ino], e, parent[ino] in rows:
+                rdev, target, x, e, parent[ino] in rows:
             n += 1
+            if x:
+                if xattrs is None:
+                    xcat[ino] = 1
+                else:
+                    xattrs[ino] = x
             if e:
                 if len(e) == one:
                     only = unpack(e)
@@ -350,6 +359,8 @@ class InodeTable:
     def checkpointed(self, rows: Iterable[InodeRow]) -> None:
         """The catalog now holds these rows: forget the xattrs that have not changed since
         they were taken (the very same object), to read them from the catalog from now on."""
+        if self.keep_xattrs:
+            return
         xattrs, xcat = self.xattrs, self.xcat
         for row in rows:
             ino, x = row[0], row[11]

@@ -103,7 +103,7 @@ def write_pid(fd: int) -> None:
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
 
 
-def open_pack(path: str, disk: Disk, volume_size: int, cache_bytes: int) -> Pack:
+def open_pack(path: str, disk: Disk, volume_size: int, cache_bytes: int, xattrs_in_memory: bool = True) -> Pack:
     """Load the catalog and replay the journal; the caller holds the lock."""
     info = read_marker(path)
     try:
@@ -117,7 +117,7 @@ def open_pack(path: str, disk: Disk, volume_size: int, cache_bytes: int) -> Pack
     catalog.upgrade()
     if info["format"] != FORMAT_VERSION:
         _write_marker(path, {**info, "format": FORMAT_VERSION}, disk)
-    ns = load_namespace(catalog)
+    ns = load_namespace(catalog, xattrs_in_memory)
     volumes = Volumes(disk, os.path.join(path, "volumes"), info["pack_id"], volume_size, cache_bytes)
     s = catalog.settings
     # Punches the last run made after its checkpoint may have been lost in a crash.

@@ -41,9 +41,11 @@ class Recovery:
         return bool(self.replayed or self.orphans)
 
 
-def load_namespace(catalog: Catalog) -> Namespace:
+def load_namespace(catalog: Catalog, xattrs_in_memory: bool = True) -> Namespace:
+    """The catalog's namespace; with xattrs_in_memory off, xattr values stay in the catalog."""
     ns = Namespace()
-    ns.table.load_all(catalog.inode_rows(), catalog.top_ino() + 1)
+    ns.table.keep_xattrs = xattrs_in_memory
+    ns.table.load_all(catalog.inode_rows(xattrs_in_memory), catalog.top_ino() + 1)
     ns.table.fetch_xattrs = catalog.xattrs_of
     ns.table.load_entries(catalog.dirents())
     for vol, off, length, count in catalog.shared_records():

@@ -69,6 +69,7 @@ def test_round_trip(tmp_path, cat):
     try:
         loaded = load_namespace(reopened)
         assert dump(loaded) == dump(ns)
+        assert dump(load_namespace(reopened, xattrs_in_memory=False)) == dump(ns)
         assert loaded.next_ino == ns.next_ino
         assert loaded.refs == {(1, 0, 1 << 20): 2}
         assert (reopened.settings["volume"], reopened.settings["offset"], reopened.settings["seq"]) == (1, 8192, 17)

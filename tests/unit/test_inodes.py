@@ -41,13 +41,20 @@ def catalog_form(row: tuple) -> tuple:
     return row[:11] + (int(row[11] is not None),) + row[12:]
 
 
-def test_bulk_load_matches_row_by_row_load():
+@pytest.mark.parametrize("keep_xattrs", [True, False])
+def test_bulk_load_matches_row_by_row_load(keep_xattrs):
     one, bulk = InodeTable(), InodeTable()
     for row in sample_rows():
         one.load(row)
-    bulk.load_all(map(catalog_form, sample_rows()), 8)
+    bulk.keep_xattrs = keep_xattrs
     in_catalog = {r[0]: r[11] for r in sample_rows()}
-    bulk.fetch_xattrs = in_catalog.__getitem__
+    if keep_xattrs:
+        bulk.load_all(iter(sample_rows()), 8)
+        assert bulk.xattrs == {i: x for i, x in in_catalog.items() if x}
+    else:
+        bulk.load_all(map(catalog_form, sample_rows()), 8)
+        bulk.fetch_xattrs = in_catalog.__getitem__
+        assert bulk.xattrs == {}
     bulk.load_entries([(ROOT, b"f", 2), (ROOT, b"l", 3), (6, b"only", 7)])
     for r in sample_rows():
         assert bulk.row(r[0]) == one.row(r[0])
@@ -132,7 +139,18 @@ class FakeCatalog:
         return rows
 
 
+def test_checkpointed_xattrs_stay_in_memory_by_default(ns):
+    cat = FakeCatalog()
+    ns.table.fetch_xattrs = cat.fetch
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    ns.setxattr(f.ino, b"user.swift.metadata", b"m" * 300)
+    ns.table.checkpointed(cat.checkpoint(ns.table, [f.ino]))
+    assert ns.getxattr(f.ino, b"user.swift.metadata") == b"m" * 300 and f.ino in ns.table.xattrs
+    assert cat.reads == 0
+
+
 def test_checkpointed_xattrs_leave_memory_and_are_read_from_the_catalog(ns):
+    ns.table.keep_xattrs = False
     cat = FakeCatalog()
     ns.table.fetch_xattrs = cat.fetch
     f = ns.create(ROOT, b"f", REG, 0, 0)
@@ -148,6 +166,7 @@ def test_checkpointed_xattrs_leave_memory_and_are_read_from_the_catalog(ns):
 
 
 def test_a_change_while_the_checkpoint_is_written_stays_in_memory(ns):
+    ns.table.keep_xattrs = False
     cat = FakeCatalog()
     ns.table.fetch_xattrs = cat.fetch
     f = ns.create(ROOT, b"f", REG, 0, 0)
@@ -162,6 +181,7 @@ def test_a_change_while_the_checkpoint_is_written_stays_in_memory(ns):
 
 
 def test_a_reused_inode_number_never_sees_the_catalogs_xattrs_of_the_old_inode(ns):
+    ns.table.keep_xattrs = False
     cat = FakeCatalog()
     ns.table.fetch_xattrs = cat.fetch
     f = ns.create(ROOT, b"f", REG, 0, 0)
@@ -175,6 +195,7 @@ def test_a_reused_inode_number_never_sees_the_catalogs_xattrs_of_the_old_inode(n
 
 def test_replayed_rows_override_the_catalogs_xattrs():
     t = InodeTable()
+    t.keep_xattrs = False
     cat = FakeCatalog()
     cat.xattrs[2] = pack_xattrs({b"user.a": b"checkpointed"})
     t.fetch_xattrs = cat.fetch
