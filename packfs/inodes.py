@@ -116,7 +116,7 @@ _ABSENT = object()
 _FETCHED_MAX = 256
 
 _U32_COLUMNS = ("mode", "uid", "gid", "nlink", "rlen")
-_I64_COLUMNS = ("size", "atime", "mtime", "ctime", "parent", "kid", "rec")
+_I64_COLUMNS = ("size", "atime", "mtime", "ctime", "parent", "kid", "rec", "lookups")
 _REC_OFFSET_BITS = 40  # rec = volume << 40 | record offset / 4 KiB
 
 
@@ -167,9 +167,11 @@ class InodeTable:
         self.rec = array("q")
         self.rlen = array("I")
         self.extents: dict[int, bytes | list[ext.Extent]] = {}
-        # What only a running mount has: open handles, the kernel's references, write buffers.
+        # What only a running mount has: the kernel's references (FUSE lookup counts: a
+        # column, because a walk makes the kernel hold every inode), open handles and
+        # write buffers (dicts: few inodes have them).
+        self.lookups = array("q")
         self.opens: dict[int, int] = {}
-        self.lookups: dict[int, int] = {}
         self.wbuf: dict[int, Any] = {}
         self.free = array("q")  # free slots below the highest ever used, reused last first
         self.live = 0
@@ -292,9 +294,8 @@ class InodeTable:
         if not self.exists(ino):
             return
         self._clear_entries(ino)
-        self.mode[ino] = self.xcat[ino] = self.rec[ino] = 0
-        for sparse in (self.rdev, self.target, self.xattrs, self._fetched, self.extents, self.opens,
-                       self.lookups, self.wbuf):
+        self.mode[ino] = self.xcat[ino] = self.rec[ino] = self.lookups[ino] = 0
+        for sparse in (self.rdev, self.target, self.xattrs, self._fetched, self.extents, self.opens, self.wbuf):
             sparse.pop(ino, None)
         self.free.append(ino)
         self.live -= 1
@@ -474,7 +475,7 @@ class Inode:
     rdev = _sparse("rdev", 0, "device number of a special file")
     target = _sparse("target", None, "a symlink's target")
     opens = _sparse("opens", 0, "open file handles")
-    lookups = _sparse("lookups", 0, "the kernel's references (FUSE lookup count), dropped by forget")
+    lookups = _column("lookups", "the kernel's references (FUSE lookup count), dropped by forget")
     wbuf = _sparse("wbuf", None, "writeback.Buffer while the file has unflushed data")
 
     @property
