@@ -272,10 +272,15 @@ class InodeTable:
         """Add catalog directory entries (parent, name, ino) to loaded directories."""
         kid, kname, dirs, set_child = self.kid, self.kname, self.dirs, self.set_child
         for parent, name, ino in dirents:
-            if kid[parent] or parent in dirs:
+            if len(name) <= SHORT_NAME_MAX:
+                name = _shared_name(name)
+            big = dirs.get(parent)
+            if big is not None:
+                big[name] = ino  # set_child, inlined for the directories with many names
+            elif kid[parent]:
                 set_child(parent, name, ino)
             else:
-                kid[parent], kname[parent] = ino, (_shared_name(name) if len(name) <= SHORT_NAME_MAX else name)
+                kid[parent], kname[parent] = ino, name
 
     def stat(self, ino: int) -> tuple[int, int, int, int, int, int, int, int, int]:
         """(mode, nlink, uid, gid, rdev, size, atime, mtime, ctime): what getattr answers, in one call."""
