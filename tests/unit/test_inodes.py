@@ -129,6 +129,12 @@ class FakeCatalog:
         self.xattrs: dict[int, bytes | None] = {}
         self.reads = 0
 
+    def serve(self, t: InodeTable) -> "FakeCatalog":
+        """Be the catalog a table leaves its xattr values in (noxattrs_in_memory)."""
+        t.keep_xattrs = False
+        t.fetch_xattrs = self.fetch
+        return self
+
     def fetch(self, ino: int) -> bytes | None:
         self.reads += 1
         return self.xattrs.get(ino)
@@ -150,9 +156,7 @@ def test_checkpointed_xattrs_stay_in_memory_by_default(ns):
 
 
 def test_checkpointed_xattrs_leave_memory_and_are_read_from_the_catalog(ns):
-    ns.table.keep_xattrs = False
-    cat = FakeCatalog()
-    ns.table.fetch_xattrs = cat.fetch
+    cat = FakeCatalog().serve(ns.table)
     f = ns.create(ROOT, b"f", REG, 0, 0)
     g = ns.create(ROOT, b"g", REG, 0, 0)
     ns.setxattr(f.ino, b"user.swift.metadata", b"m" * 300)
@@ -166,9 +170,7 @@ def test_checkpointed_xattrs_leave_memory_and_are_read_from_the_catalog(ns):
 
 
 def test_a_change_while_the_checkpoint_is_written_stays_in_memory(ns):
-    ns.table.keep_xattrs = False
-    cat = FakeCatalog()
-    ns.table.fetch_xattrs = cat.fetch
+    cat = FakeCatalog().serve(ns.table)
     f = ns.create(ROOT, b"f", REG, 0, 0)
     ns.setxattr(f.ino, b"user.a", b"old")
     rows = cat.checkpoint(ns.table, [f.ino])
@@ -181,9 +183,7 @@ def test_a_change_while_the_checkpoint_is_written_stays_in_memory(ns):
 
 
 def test_a_reused_inode_number_never_sees_the_catalogs_xattrs_of_the_old_inode(ns):
-    ns.table.keep_xattrs = False
-    cat = FakeCatalog()
-    ns.table.fetch_xattrs = cat.fetch
+    cat = FakeCatalog().serve(ns.table)
     f = ns.create(ROOT, b"f", REG, 0, 0)
     ns.setxattr(f.ino, b"user.a", b"old inode")
     ns.table.checkpointed(cat.checkpoint(ns.table, [f.ino]))
@@ -195,10 +195,8 @@ def test_a_reused_inode_number_never_sees_the_catalogs_xattrs_of_the_old_inode(n
 
 def test_replayed_rows_override_the_catalogs_xattrs():
     t = InodeTable()
-    t.keep_xattrs = False
-    cat = FakeCatalog()
+    cat = FakeCatalog().serve(t)
     cat.xattrs[2] = pack_xattrs({b"user.a": b"checkpointed"})
-    t.fetch_xattrs = cat.fetch
     t.load_all([catalog_form(r) for r in sample_rows()[:2]], 3)
     t.load((2, REG, 0, 0, 1, 0, 1, 1, 1, 0, None, pack_xattrs({b"user.a": b"replayed"}), b"", 0))
     assert Inode(t, 2).getxattr(b"user.a") == b"replayed"
