@@ -357,8 +357,11 @@ class InodeTable:
         return x  # type: ignore[return-value]
 
     def set_xattrs(self, ino: int, packed: bytes | None) -> None:
-        """An inode's new xattrs, held in memory until a checkpoint writes them."""
-        self.xattrs[ino] = packed or None
+        """An inode's new xattrs, held in memory (until a checkpoint writes them, unless keep_xattrs)."""
+        if packed or not self.keep_xattrs:
+            self.xattrs[ino] = packed or None  # None hides what the catalog may hold
+        else:
+            self.xattrs.pop(ino, None)  # all are in memory: absent means none
         self.xcat[ino] = 0
         self._fetched.pop(ino, None)
 
