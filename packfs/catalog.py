@@ -71,6 +71,15 @@ class Catalog:
         self.db.executemany("INSERT OR REPLACE INTO settings VALUES (?, ?)", values.items())
         self.settings.update(values)
 
+    @property
+    def image_token(self) -> int | None:
+        """The token of the namespace image that matches this catalog, if one does (image.py)."""
+        return self.settings.get("image")
+
+    def set_image_token(self, token: int | None) -> None:
+        with self.db:
+            self._put({"image": token})
+
     def inode_rows(self, xattrs: bool = True) -> Iterator[InodeRow]:
         """Every inode row; without xattrs, 1 or 0 in their place: whether there are any (see xattrs_of)."""
         return self.db.execute("SELECT ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, "
@@ -109,6 +118,7 @@ class Catalog:
 
         `dead` lists the records this checkpoint lets the caller punch; they stay listed
         until the next checkpoint, so a punch lost in a crash is redone at mount.
+        Any namespace image stops matching the catalog: its token goes.
         """
         with self.db:
             self.db.execute("DELETE FROM dead_records")
@@ -127,7 +137,7 @@ class Catalog:
                                     (vol, off, length, count))
                 else:
                     self.db.execute("DELETE FROM shared_records WHERE volume = ? AND offset = ?", (vol, off))
-            self._put(settings)
+            self._put({**settings, "image": None})
 
     def counts(self) -> tuple[int, int]:
         inodes = self.db.execute("SELECT count(*) FROM inodes").fetchall()[0][0]

@@ -1,10 +1,12 @@
 """The mounted daemon: open the pack, mount, serve FUSE requests until unmounted."""
 from __future__ import annotations
 
+import ctypes
 import gc
 import logging
 import os
 import signal
+import time
 from typing import Callable
 
 import pyfuse3
@@ -30,6 +32,15 @@ def fuse_options(packdir: str, opts: Options) -> set[str]:
     return out
 
 
+def _trim_heap() -> None:
+    """Hand the heap the load used and freed back to the kernel (glibc keeps it otherwise:
+    16-49 MiB of RSS at a million objects, measured). A no-op without glibc."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 class Daemon:
     def __init__(self, packdir: str, mountpoint: str, opts: Options) -> None:
         self.packdir = packdir
@@ -37,6 +48,7 @@ class Daemon:
         self.opts = opts
         self.unmounted = False  # the kernel unmounted us (fusermount3 -u, umount)
         self.terminated = False  # a signal asked us to stop
+        self.closed = False  # the final checkpoint is written: the catalog holds everything
 
     def run(self, ready: Ready) -> int:
         disk = Disk()
@@ -60,6 +72,8 @@ class Daemon:
         finally:
             gc.freeze()
             gc.enable()
+            _trim_heap()
+        log.info("loaded %d inodes from the %s in %.2f s", len(p.ns), p.loaded_from, p.load_seconds)
         if p.recovery.changed:
             log.info("recovery replayed %d commits, dropped %d orphan inodes in %.2f s",
                      p.recovery.replayed, p.recovery.orphans, p.recovery.seconds)
@@ -79,6 +93,8 @@ class Daemon:
         finally:
             # Whatever ended the daemon (a signal, a bug), never leave a dead mount behind.
             pyfuse3.close(unmount=not self.unmounted)
+            if self.closed:
+                self._save_image(p)
             p.volumes.close()
             p.catalog.close()
             os.ftruncate(lock_fd, 0)
@@ -105,7 +121,20 @@ class Daemon:
             self.unmounted = not self.terminated
             log.info("unmounted; writing the final checkpoint")
             await fs.close()
+            self.closed = True
             nursery.cancel_scope.cancel()
+
+    @staticmethod
+    def _save_image(p: pack.Pack) -> None:
+        """Leave the next mount a namespace image; without one it loads the catalog."""
+        started = time.monotonic()
+        try:
+            size = p.save_image()
+        except Exception as e:
+            log.warning("no namespace image written (the next mount loads the catalog): %s", e)
+            return
+        log.info("namespace image written: %d inodes, %.1f MiB in %.2f s", len(p.ns), size / 2**20,
+                 time.monotonic() - started)
 
     async def _stop_on_signal(self) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -222,6 +222,7 @@ class Filesystem:
             "dirty_bytes": self.wb.dirty_bytes,
             "xattr_values_in_memory": len(self.ns.table.xattrs),  # others are read from the catalog
             "rss_bytes": rss, "rss_per_file": rss / max(1, files),
+            "loaded_from": self.pack.loaded_from, "load_seconds": round(self.pack.load_seconds, 3),
             "recovery": {"replayed": self.pack.recovery.replayed, "orphans": self.pack.recovery.orphans,
                          "seconds": round(self.pack.recovery.seconds, 3)},
             "uptime_seconds": round(time.time() - self.started, 1),

@@ -103,6 +103,19 @@ _SHORT_NAMES_MAX = 1 << 16  # beyond this many distinct short names, stop sharin
 _short_names: dict[bytes, bytes] = {}
 
 
+def shared_names() -> list[bytes]:
+    """The short names shared so far (the namespace image keeps their sharing)."""
+    return list(_short_names.values())
+
+
+def share_names(names: Iterable[bytes]) -> None:
+    """Share these name objects from now on (read back from a namespace image)."""
+    for name in names:
+        if len(_short_names) >= _SHORT_NAMES_MAX:
+            return
+        _short_names.setdefault(name, name)
+
+
 def _shared_name(name: bytes) -> bytes:
     shared = _short_names.get(name)
     if shared is None:
@@ -115,8 +128,9 @@ def _shared_name(name: bytes) -> bytes:
 _ABSENT = object()
 _FETCHED_MAX = 256
 
-_U32_COLUMNS = ("mode", "uid", "gid", "nlink", "rlen")
-_I64_COLUMNS = ("size", "atime", "mtime", "ctime", "parent", "kid", "rec", "lookups")
+U32_COLUMNS = ("mode", "uid", "gid", "nlink", "rlen")
+I64_COLUMNS = ("size", "atime", "mtime", "ctime", "parent", "kid", "rec", "lookups")
+RUNTIME_COLUMNS = ("lookups",)  # what only a running mount has: never saved
 _REC_OFFSET_BITS = 40  # rec = volume << 40 | record offset / 4 KiB
 
 
@@ -186,9 +200,9 @@ class InodeTable:
         if slots <= have:
             return
         more = max(slots, have + have // 4 + 1024) - have
-        for name in _U32_COLUMNS:
+        for name in U32_COLUMNS:
             getattr(self, name).frombytes(bytes(4 * more))
-        for name in _I64_COLUMNS:
+        for name in I64_COLUMNS:
             getattr(self, name).frombytes(bytes(8 * more))
         self.kname.extend(itertools.repeat(None, more))
         self.xcat.extend(bytes(more))

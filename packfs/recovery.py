@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from . import journal, records
 from .catalog import Catalog
 from .disk import Disk
+from .inodes import InodeTable
 from .namespace import Namespace
 from .volumes import Volumes
 
@@ -41,13 +42,20 @@ class Recovery:
         return bool(self.replayed or self.orphans)
 
 
-def load_namespace(catalog: Catalog, xattrs_in_memory: bool = True) -> Namespace:
-    """The catalog's namespace; with xattrs_in_memory off, xattr values stay in the catalog."""
+def load_namespace(catalog: Catalog, xattrs_in_memory: bool = True, table: InodeTable | None = None) -> Namespace:
+    """The catalog's namespace; with xattrs_in_memory off, xattr values stay in the catalog.
+
+    `table` is the catalog's inode table read from its namespace image (image.py), if
+    one was; then only the small tables are read from the catalog.
+    """
     ns = Namespace()
-    ns.table.keep_xattrs = xattrs_in_memory
-    ns.table.load_all(catalog.inode_rows(xattrs_in_memory), catalog.top_ino() + 1)
+    if table is None:
+        ns.table.keep_xattrs = xattrs_in_memory
+        ns.table.load_all(catalog.inode_rows(xattrs_in_memory), catalog.top_ino() + 1)
+        ns.table.load_entries(catalog.dirents())
+    else:
+        ns.table = table
     ns.table.fetch_xattrs = catalog.xattrs_of
-    ns.table.load_entries(catalog.dirents())
     for vol, off, length, count in catalog.shared_records():
         ns.refs[(vol, off, length)] = count
     ns.next_ino = max(ns.next_ino, catalog.settings["next_ino"])

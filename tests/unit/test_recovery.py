@@ -30,8 +30,11 @@ def open_pack(path: Path) -> packmod.Pack:
     return packmod.open_pack(str(path), Disk(), 1 << 30, 8 << 20)
 
 
-def run(path: Path, body: Callable[[Filesystem], Awaitable[None]], clean: bool) -> packmod.Pack:
-    """Open the pack, run body on a started Filesystem, then close cleanly or crash."""
+def run(path: Path, body: Callable[[Filesystem], Awaitable[None]], clean: bool,
+        save_image: bool = False) -> packmod.Pack:
+    """Open the pack, run body on a started Filesystem, then close cleanly or crash.
+
+    save_image: after a clean close, leave a namespace image, as the daemon does."""
     p = open_pack(path)
 
     async def main() -> None:
@@ -45,6 +48,8 @@ def run(path: Path, body: Callable[[Filesystem], Awaitable[None]], clean: bool) 
 
     try:
         trio.run(main)
+        if clean and save_image:
+            p.save_image()
     finally:
         p.volumes.close()
         p.catalog.close()

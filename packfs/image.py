@@ -1,0 +1,213 @@
+"""The namespace image: the inode table as a clean unmount left it, for a fast next mount.
+
+The catalog is the truth, but loading it costs one SQLite row per inode: most of a
+mount's time at a million objects (three million inodes). The image holds the same
+table as raw columns and a few marshalled dicts, which load several times faster. It is
+only a cache of the catalog, like Bitcask's hint files, never a second truth:
+
+- it is written after the final checkpoint of a clean unmount, and only then named in
+  the catalog by a random token (so a crash while writing it leaves no token);
+- every checkpoint removes the token (fsck's repairs too), and a mount removes it, and
+  the image, before it can change anything;
+- an image that is missing, damaged, of another version or layout, or whose token is
+  not the catalog's, is not used: the mount loads the catalog instead and says why.
+
+The format is in docs/on-disk-format.md.
+"""
+from __future__ import annotations
+
+import logging
+import marshal
+import mmap
+import os
+import secrets
+import struct
+import sys
+import zlib
+from array import array
+from typing import Iterator
+
+from . import inodes
+from .inodes import InodeTable
+
+log = logging.getLogger(__name__)
+
+FILENAME = "namespace.img"
+VERSION = 1
+_MAGIC = b"PKFSIMG\0"
+_HEADER = struct.Struct("<8sIIQQQ")  # magic, version, flags, token, slots, live inodes
+_CRC = struct.Struct("<I")
+_SECTION = struct.Struct("<QI")  # payload length, CRC-32 of the payload
+_KEEP_XATTRS = 1  # flag: every xattr value is in the image (xattrs_in_memory)
+_MARSHAL_VERSION = 4
+# The saved columns, in file order; the lookup counts belong to a running mount only.
+COLUMNS = tuple(c for c in (*inodes.U32_COLUMNS, *inodes.I64_COLUMNS) if c not in inodes.RUNTIME_COLUMNS)
+
+
+class ImageError(Exception):
+    """The image cannot stand in for the catalog (the reason is the message)."""
+
+
+def new_token() -> int:
+    """A token naming one image: random, nonzero, and a signed 64-bit SQLite integer."""
+    return secrets.randbits(62) + 1
+
+
+def save(packdir: str, table: InodeTable, token: int) -> int:
+    """Write the table's image (under a temporary name, fsync'd, then renamed); its size.
+
+    Naming it in the catalog is the caller's next step, once this has returned.
+    """
+    if sys.byteorder != "little":
+        raise ImageError("namespace images are little-endian only")
+    path = os.path.join(packdir, FILENAME)
+    tmp = path + ".tmp"
+    slots = _top(table)
+    header = _HEADER.pack(_MAGIC, VERSION, _KEEP_XATTRS if table.keep_xattrs else 0, token, slots, table.live)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(header + _CRC.pack(zlib.crc32(header)))
+            for payload in _sections(table, slots):
+                f.write(_SECTION.pack(len(payload), zlib.crc32(payload)))
+                f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+            size = f.tell()
+        os.replace(tmp, path)
+    except BaseException:
+        discard(packdir)
+        raise
+    return size
+
+
+def _top(table: InodeTable) -> int:
+    """One past the highest inode number in use: the slots worth saving."""
+    used = len(table.mode.tobytes().rstrip(b"\0"))
+    return max(inodes.ROOT + 1, -(-used // table.mode.itemsize))
+
+
+def _sections(table: InodeTable, slots: int) -> Iterator[bytes | memoryview]:
+    """The payloads, one at a time (the largest is built only when its turn comes)."""
+    for name in COLUMNS:
+        yield memoryview(getattr(table, name)).cast("B")[:slots * getattr(table, name).itemsize]
+    yield memoryview(table.xcat)[:slots]
+    # One marshal call for the names: the short names shared between directories stay shared.
+    yield marshal.dumps((inodes.shared_names(), table.kname[:slots], table.dirs), _MARSHAL_VERSION)
+    yield marshal.dumps((table.rdev, table.target, table.extents), _MARSHAL_VERSION)
+    yield marshal.dumps(table.xattrs, _MARSHAL_VERSION)
+
+
+def load(packdir: str, token: int, keep_xattrs: bool) -> InodeTable:
+    """The table in the image named by `token`, or ImageError saying why it cannot be used."""
+    try:
+        f = open(os.path.join(packdir, FILENAME), "rb")
+    except FileNotFoundError:
+        raise ImageError("the catalog names an image, but there is none") from None
+    with f:
+        if os.fstat(f.fileno()).st_size < _HEADER.size + _CRC.size:
+            raise ImageError("it is truncated")
+        # Mapped, not read: the sections are decoded straight from the page cache, and no
+        # copy of them is left in the heap afterwards.
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            reader = _Reader(memoryview(m))
+            try:
+                return _decode(reader, token, keep_xattrs)
+            except Exception as e:
+                # Raised again below: this traceback's frames hold views of the mapping,
+                # which cannot be unmapped while they live.
+                error = str(e) if isinstance(e, ImageError) else f"it does not decode: {e!r}"
+            finally:
+                reader.view.release()
+    raise ImageError(error)
+
+
+def _decode(r: "_Reader", token: int, keep_xattrs: bool) -> InodeTable:
+    head = r.take(_HEADER.size + _CRC.size)
+    if head[:len(_MAGIC)] != _MAGIC:
+        raise ImageError("it is not a packfs namespace image")
+    if _CRC.unpack_from(head, _HEADER.size)[0] != zlib.crc32(head[:_HEADER.size]):
+        raise ImageError("its header is damaged")
+    _, version, flags, got, slots, live = _HEADER.unpack_from(head)
+    if version != VERSION:
+        raise ImageError(f"it has version {version}; this packfs reads version {VERSION}")
+    if got != token:
+        raise ImageError("it is not the image of this catalog (a stale image)")
+    if bool(flags & _KEEP_XATTRS) != keep_xattrs:
+        raise ImageError(f"it was written with{'' if flags & _KEEP_XATTRS else 'out'} xattrs_in_memory")
+    if sys.byteorder != "little":
+        raise ImageError("namespace images are little-endian only")
+    table = InodeTable()
+    table.keep_xattrs = keep_xattrs
+    for name in COLUMNS:
+        column = array(getattr(table, name).typecode)
+        column.frombytes(r.section(slots * column.itemsize))
+        setattr(table, name, column)
+    for name in inodes.RUNTIME_COLUMNS:
+        setattr(table, name, array(getattr(table, name).typecode, bytes(slots * getattr(table, name).itemsize)))
+    table.xcat = bytearray(r.section(slots))
+    shared, table.kname, table.dirs = r.unmarshal((list, list, dict))
+    table.rdev, table.target, table.extents = r.unmarshal((dict, dict, dict))
+    (table.xattrs,) = r.unmarshal((dict,))
+    if len(table.kname) != slots:
+        raise ImageError("its name column has the wrong length")
+    if r.pos != len(r.view):
+        raise ImageError("it has data after its last section")
+    inodes.share_names(shared)
+    table.live = live
+    return table
+
+
+def take(packdir: str, token: int | None, keep_xattrs: bool) -> InodeTable | None:
+    """The table of the catalog's image, or None: no image is named, or it cannot be used
+    (a warning says why, and the caller loads the catalog)."""
+    if not token:
+        return None
+    try:
+        return load(packdir, token, keep_xattrs)
+    except (ImageError, OSError) as e:
+        log.warning("namespace image not used, loading the catalog instead: %s", e)
+        return None
+
+
+def discard(packdir: str) -> None:
+    """Remove the image and any partly written one (both are stale once the catalog changes)."""
+    for name in (FILENAME, FILENAME + ".tmp"):
+        try:
+            os.unlink(os.path.join(packdir, name))
+        except FileNotFoundError:
+            pass
+
+
+class _Reader:
+    """Sections from the mapped image, in order, each checked against its CRC."""
+
+    def __init__(self, view: memoryview) -> None:
+        self.view = view
+        self.pos = 0
+
+    def take(self, n: int) -> memoryview:
+        if self.pos + n > len(self.view):
+            raise ImageError("it is truncated")
+        self.pos += n
+        return self.view[self.pos - n:self.pos]
+
+    def section(self, expected: int | None = None) -> memoryview:
+        length, crc = _SECTION.unpack(self.take(_SECTION.size))
+        if expected is not None and length != expected:
+            raise ImageError(f"a section has {length} bytes where {expected} were expected")
+        payload = self.take(length)
+        if zlib.crc32(payload) != crc:
+            raise ImageError("a section is damaged (CRC mismatch)")
+        return payload
+
+    def unmarshal(self, types: tuple[type, ...]) -> tuple:
+        try:
+            value = marshal.loads(self.section())
+        except (ValueError, EOFError, TypeError) as e:
+            raise ImageError(f"a section does not decode: {e}") from None
+        if len(types) == 1:
+            value = (value,)
+        if not isinstance(value, tuple) or len(value) != len(types) or \
+                not all(isinstance(v, t) for v, t in zip(value, types)):
+            raise ImageError("a section holds something unexpected")
+        return value

@@ -1,0 +1,57 @@
+"""The namespace image through real mounts: a clean unmount leaves one, the next mount
+reads it once, and a mount from the image shows exactly what a mount from the catalog shows."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fsutil import fsync_dir, read_file, snapshot_tree, write_file
+from mounts import kill9, mounted
+from test_bulk import _build_tree
+
+from packfs import control, image, pack
+
+
+def loaded_from(packdir: Path) -> str:
+    return control.request(pack.read_marker(str(packdir))["pack_id"], "stats")["loaded_from"]
+
+
+def test_image_and_catalog_mounts_show_the_same_tree(tmp_path, packdir):
+    mnt = tmp_path / "mnt"
+    img = packdir / image.FILENAME
+    with mounted(packdir, mnt):
+        assert loaded_from(packdir) == "catalog"
+        _build_tree(mnt)
+        before = snapshot_tree(mnt)
+    assert img.exists()
+    assert "namespace image written" in (packdir / "packfs.log").read_text()
+    with mounted(packdir, mnt):
+        assert loaded_from(packdir) == "image"
+        assert not img.exists()  # read once: the mount may change the namespace from here on
+        assert snapshot_tree(mnt) == before
+    img.unlink()  # the catalog names an image that is gone: the mount loads the catalog
+    with mounted(packdir, mnt):
+        assert loaded_from(packdir) == "catalog"
+        assert snapshot_tree(mnt) == before
+    assert "namespace image not used" in (packdir / "packfs.log").read_text()
+
+
+def test_crash_after_an_image_mount_loses_nothing(tmp_path, packdir):
+    mnt = tmp_path / "mnt"
+    with mounted(packdir, mnt):
+        write_file(mnt / "kept", b"k" * 5000, fsync=True)
+        write_file(mnt / "doomed", b"d", fsync=True)
+    with mounted(packdir, mnt):
+        assert loaded_from(packdir) == "image"
+        os.makedirs(mnt / "objects" / "1")
+        write_file(mnt / "objects" / "1" / "new.data", b"n" * 70_000, fsync=True)
+        os.unlink(mnt / "doomed")
+        fsync_dir(mnt / "objects" / "1")
+        fsync_dir(mnt)
+        kill9(packdir, mnt)
+    assert not (packdir / image.FILENAME).exists()
+    with mounted(packdir, mnt):
+        assert loaded_from(packdir) == "catalog"  # kill -9 leaves no image: catalog and log
+        assert read_file(mnt / "objects" / "1" / "new.data") == b"n" * 70_000
+        assert read_file(mnt / "kept") == b"k" * 5000
+        assert sorted(os.listdir(mnt)) == ["kept", "objects"]

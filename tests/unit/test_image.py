@@ -1,0 +1,185 @@
+"""The namespace image: it loads exactly the catalog's table, or is not used at all."""
+from __future__ import annotations
+
+import logging
+import shutil
+import stat
+
+import pytest
+from test_catalog import build, cat, checkpoint, dump  # noqa: F401 (cat is a fixture)
+from test_recovery import (COMMITTED, Filesystem, lookup_path, make_committed, open_pack, packdir,  # noqa: F401
+                           read_via_pack, run, write_file)
+
+from packfs import image
+from packfs.catalog import Catalog
+from packfs.namespace import ROOT, Namespace
+from packfs.recovery import load_namespace
+
+DIR = stat.S_IFDIR | 0o755
+
+
+def saved(tmp_path, cat: Catalog, ns: Namespace) -> int:
+    """Checkpoint ns, write its image and name it in the catalog; the token."""
+    checkpoint(cat, ns)
+    token = image.new_token()
+    image.save(str(tmp_path), ns.table, token)
+    cat.set_image_token(token)
+    return token
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_image_loads_what_the_catalog_loads(tmp_path, cat, in_memory):
+    ns = build()
+    for n in range(50):  # inode numbers to reuse, and a directory of many names
+        ns.create(ROOT, b"f%d" % n, stat.S_IFREG | 0o600, 0, 0)
+    for n in range(0, 50, 3):
+        ns.release(ns.unlink(ROOT, b"f%d" % n))
+    checkpoint(cat, ns)
+    from_catalog = load_namespace(cat, in_memory)
+    token = image.new_token()
+    image.save(str(tmp_path), from_catalog.table, token)
+    cat.set_image_token(token)
+
+    table = image.take(str(tmp_path), cat.image_token, in_memory)
+    assert table is not None
+    from_image = load_namespace(cat, in_memory, table)
+    assert dump(from_image) == dump(from_catalog) == dump(ns)
+    assert len(from_image) == len(ns) and from_image.next_ino == ns.next_ino
+    assert from_image.refs == from_catalog.refs != {}
+    assert len(from_image.table.xattrs) == len(from_catalog.table.xattrs)
+    assert from_image.table.xcat == from_catalog.table.xcat[:len(from_image.table.xcat)]
+    # Both reuse the same free numbers, in the same order.
+    for n in range(5):
+        a = from_image.create(ROOT, b"new%d" % n, stat.S_IFREG | 0o600, 0, 0)
+        b = from_catalog.create(ROOT, b"new%d" % n, stat.S_IFREG | 0o600, 0, 0)
+        assert a.ino == b.ino < ns.next_ino
+
+
+def test_short_names_stay_shared(tmp_path, cat):
+    ns = Namespace.fresh(0, 0)
+    for part in (b"1", b"2"):
+        p = ns.create(ROOT, part, DIR, 0, 0)
+        ns.create(p.ino, b"abc", DIR, 0, 0)
+    saved(tmp_path, cat, ns)
+    loaded = load_namespace(cat, True, image.take(str(tmp_path), cat.image_token, True))
+    a, b = (loaded.lookup(ROOT, part).children()[0][0] for part in (b"1", b"2"))
+    assert a == b"abc" and a is b
+
+
+def test_checkpoint_makes_the_image_stale(tmp_path, cat):
+    ns = build()
+    saved(tmp_path, cat, ns)
+    assert cat.image_token
+    ns.create(ROOT, b"after", stat.S_IFREG | 0o600, 0, 0)
+    checkpoint(cat, ns)
+    assert cat.image_token is None
+    cat.close()
+    assert Catalog(str(tmp_path / "catalog.sqlite")).image_token is None
+
+
+def _flip(path, offset: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0x40]))
+
+
+DAMAGES = {
+    "missing": (lambda p, t: p.unlink(), "there is none"),
+    "truncated": (lambda p, t: p.write_bytes(p.read_bytes()[:-100]), "truncated"),
+    "flipped byte in the names": (lambda p, t: _flip(p, p.stat().st_size - 300), "damaged"),
+    "flipped byte in a column": (lambda p, t: _flip(p, 64), "damaged"),
+    "flipped byte in the header": (lambda p, t: _flip(p, 20), "header is damaged"),
+    "not an image": (lambda p, t: p.write_bytes(b"\0" * 4096), "not a packfs namespace image"),
+    "trailing bytes": (lambda p, t: p.write_bytes(p.read_bytes() + b"x"), "after its last section"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_unusable_image_is_not_used(tmp_path, cat, caplog, damage):
+    token = saved(tmp_path, cat, build())
+    harm, reason = DAMAGES[damage]
+    harm(tmp_path / image.FILENAME, token)
+    with pytest.raises(image.ImageError, match=reason):
+        image.load(str(tmp_path), token, True)
+    with caplog.at_level(logging.WARNING, logger="packfs.image"):
+        assert image.take(str(tmp_path), token, True) is None
+    assert "loading the catalog instead" in caplog.text
+
+
+def test_image_of_another_catalog_or_mode_is_not_used(tmp_path, cat):
+    token = saved(tmp_path, cat, build())
+    with pytest.raises(image.ImageError, match="stale"):
+        image.load(str(tmp_path), token + 1, True)
+    with pytest.raises(image.ImageError, match="xattrs_in_memory"):
+        image.load(str(tmp_path), token, False)
+    assert image.take(str(tmp_path), None, True) is None  # the catalog names no image
+
+
+# -- through open_pack, as a mount uses it -------------------------------------------
+
+
+def test_clean_close_then_open_uses_the_image_once(packdir):
+    async def body(fs: Filesystem) -> None:
+        await make_committed(fs)
+
+    run(packdir, body, clean=True, save_image=True)
+    assert (packdir / image.FILENAME).exists()
+    p = open_pack(packdir)
+    try:
+        assert p.loaded_from == "image"
+        assert p.catalog.image_token is None and not (packdir / image.FILENAME).exists()
+        assert lookup_path(p, b"dir").xattrs == {b"user.k": b"v"}
+    finally:
+        p.volumes.close()
+        p.catalog.close()
+    for name, data in COMMITTED.items():
+        assert read_via_pack(packdir, name) == data
+    p = open_pack(packdir)
+    try:
+        assert p.loaded_from == "catalog"
+    finally:
+        p.volumes.close()
+        p.catalog.close()
+
+
+def test_crash_after_an_image_mount_recovers_from_catalog_and_log(packdir):
+    async def body(fs: Filesystem) -> None:
+        await make_committed(fs)
+
+    run(packdir, body, clean=True, save_image=True)
+
+    async def more(fs: Filesystem) -> None:
+        assert fs.pack.loaded_from == "image"
+        await write_file(fs, ROOT, b"later", b"L" * 9000)
+        fs.unlink(ROOT, b"a")
+        await fs.fsync()
+
+    run(packdir, more, clean=False)
+    assert read_via_pack(packdir, b"later") == b"L" * 9000
+    assert read_via_pack(packdir, b"a") is None
+    assert read_via_pack(packdir, b"dir/b") == COMMITTED[b"dir/b"]
+
+
+def test_stale_image_file_is_not_used(packdir, tmp_path):
+    async def body(fs: Filesystem) -> None:
+        await make_committed(fs)
+
+    run(packdir, body, clean=True, save_image=True)
+    old = tmp_path / "old.img"
+    shutil.copy(packdir / image.FILENAME, old)
+
+    async def change(fs: Filesystem) -> None:
+        fs.unlink(ROOT, b"a")
+        await write_file(fs, ROOT, b"new", b"N" * 5000)
+
+    run(packdir, change, clean=True, save_image=True)
+    shutil.copy(old, packdir / image.FILENAME)  # the image of an older catalog
+    p = open_pack(packdir)
+    try:
+        assert p.loaded_from == "catalog"
+        assert lookup_path(p, b"a") is None and lookup_path(p, b"new") is not None
+    finally:
+        p.volumes.close()
+        p.catalog.close()
