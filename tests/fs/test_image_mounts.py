@@ -3,10 +3,11 @@ reads it once, and a mount from the image shows exactly what a mount from the ca
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 from fsutil import fsync_dir, read_file, snapshot_tree, write_file
-from mounts import kill9, mounted
+from mounts import PACKFS, kill9, mounted
 from test_bulk import _build_tree
 
 from packfs import control, image, pack
@@ -28,6 +29,8 @@ def test_image_and_catalog_mounts_show_the_same_tree(tmp_path, packdir):
     with mounted(packdir, mnt):
         assert loaded_from(packdir) == "image"
         assert not img.exists()  # read once: the mount may change the namespace from here on
+        shown = subprocess.run([*PACKFS, "stats", str(mnt)], check=True, capture_output=True, text=True).stdout
+        assert "inode table from the image" in shown
         assert snapshot_tree(mnt) == before
     img.unlink()  # the catalog names an image that is gone: the mount loads the catalog
     with mounted(packdir, mnt):
