@@ -195,16 +195,7 @@ class Filesystem:
         return self.disk.statvfs(self.pack.path)
 
     def stats(self) -> dict:
-        files = dirs = size = 0
-        live: set = set()
-        for node in self.ns:
-            if node.is_dir:
-                dirs += 1
-                continue
-            files += 1
-            size += node.size
-            for e in node.extent_list():
-                live.add((e[2], e[3], e[5]))
+        dirs, files, size = self.ns.table.usage()
         v = self.volumes
         dead = self.ns.frees + self.journal.pending_metas
         allocated = sum(self.disk.allocated_bytes(v.fd(n)) for n in v.existing())
@@ -212,7 +203,7 @@ class Filesystem:
         return {
             "files": files, "directories": dirs, "bytes": size, "inodes": len(self.ns),
             "volumes": len(v.existing()),
-            "live_bytes": sum(records.footprint(k[2]) for k in live),
+            "live_bytes": sum(map(records.footprint, self.ns.table.record_lengths())),
             "dead_bytes": sum(records.footprint(k[2]) for k in dead),
             "punched_bytes": v.punched_bytes, "disk_allocated_bytes": allocated,
             "appended_bytes": v.appended, "device_writes": v.writes,
