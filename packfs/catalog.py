@@ -76,6 +76,12 @@ class Catalog:
         """The token of the namespace image that matches this catalog, if one does (image.py)."""
         return self.settings.get("image")
 
+    @property
+    def stamp(self) -> tuple[int, int, int, int]:
+        """The checkpoint position and next_ino: any checkpoint that changed something changed these."""
+        s = self.settings
+        return s["volume"], s["offset"], s["seq"], s["next_ino"]
+
     def set_image_token(self, token: int | None) -> None:
         with self.db:
             self._put({"image": token})

@@ -9,8 +9,9 @@ only a cache of the catalog, like Bitcask's hint files, never a second truth:
   the catalog by a random token (so a crash while writing it leaves no token);
 - every checkpoint removes the token (fsck's repairs too), and a mount removes it, and
   the image, before it can change anything;
-- an image that is missing, damaged, of another version or layout, or whose token is
-  not the catalog's, is not used: the mount loads the catalog instead and says why.
+- an image that is missing, damaged, of another version or layout, whose token is not
+  the catalog's, or taken at another checkpoint position (a catalog an older packfs
+  changed), is not used: the mount loads the catalog instead and says why.
 
 The format is in docs/on-disk-format.md.
 """
@@ -35,13 +36,19 @@ log = logging.getLogger(__name__)
 FILENAME = "namespace.img"
 VERSION = 1
 _MAGIC = b"PKFSIMG\0"
-_HEADER = struct.Struct("<8sIIQQQ")  # magic, version, flags, token, slots, live inodes
+# magic, version, flags, token, the catalog stamp (volume, offset, seq, next_ino), slots, live inodes
+_HEADER = struct.Struct("<8sIIQ4QQQ")
 _CRC = struct.Struct("<I")
 _SECTION = struct.Struct("<QI")  # payload length, CRC-32 of the payload
 _KEEP_XATTRS = 1  # flag: every xattr value is in the image (xattrs_in_memory)
 _MARSHAL_VERSION = 4
 # The saved columns, in file order; the lookup counts belong to a running mount only.
 COLUMNS = tuple(c for c in (*inodes.U32_COLUMNS, *inodes.I64_COLUMNS) if c not in inodes.RUNTIME_COLUMNS)
+
+
+# The catalog's checkpoint position and next_ino when the image was taken: a catalog
+# changed by anything that does not know about images (an older packfs) has moved on.
+Stamp = tuple[int, int, int, int]
 
 
 class ImageError(Exception):
@@ -53,7 +60,7 @@ def new_token() -> int:
     return secrets.randbits(62) + 1
 
 
-def save(packdir: str, table: InodeTable, token: int) -> int:
+def save(packdir: str, table: InodeTable, token: int, stamp: Stamp) -> int:
     """Write the table's image (under a temporary name, fsync'd, then renamed); its size.
 
     Naming it in the catalog is the caller's next step, once this has returned.
@@ -63,7 +70,8 @@ def save(packdir: str, table: InodeTable, token: int) -> int:
     path = os.path.join(packdir, FILENAME)
     tmp = path + ".tmp"
     slots = _top(table)
-    header = _HEADER.pack(_MAGIC, VERSION, _KEEP_XATTRS if table.keep_xattrs else 0, token, slots, table.live)
+    header = _HEADER.pack(_MAGIC, VERSION, _KEEP_XATTRS if table.keep_xattrs else 0, token, *stamp, slots,
+                          table.live)
     try:
         with open(tmp, "wb") as f:
             f.write(header + _CRC.pack(zlib.crc32(header)))
@@ -97,8 +105,9 @@ def _sections(table: InodeTable, slots: int) -> Iterator[bytes | memoryview]:
     yield marshal.dumps(table.xattrs, _MARSHAL_VERSION)
 
 
-def load(packdir: str, token: int, keep_xattrs: bool) -> InodeTable:
-    """The table in the image named by `token`, or ImageError saying why it cannot be used."""
+def load(packdir: str, token: int, stamp: Stamp, keep_xattrs: bool) -> InodeTable:
+    """The table in the image named by `token` and taken at `stamp`, or ImageError saying why it
+    cannot be used."""
     try:
         f = open(os.path.join(packdir, FILENAME), "rb")
     except FileNotFoundError:
@@ -111,7 +120,7 @@ def load(packdir: str, token: int, keep_xattrs: bool) -> InodeTable:
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             reader = _Reader(memoryview(m))
             try:
-                return _decode(reader, token, keep_xattrs)
+                return _decode(reader, token, stamp, keep_xattrs)
             except Exception as e:
                 # Raised again below: this traceback's frames hold views of the mapping,
                 # which cannot be unmapped while they live.
@@ -121,17 +130,19 @@ def load(packdir: str, token: int, keep_xattrs: bool) -> InodeTable:
     raise ImageError(error)
 
 
-def _decode(r: "_Reader", token: int, keep_xattrs: bool) -> InodeTable:
+def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeTable:
     head = r.take(_HEADER.size + _CRC.size)
     if head[:len(_MAGIC)] != _MAGIC:
         raise ImageError("it is not a packfs namespace image")
     if _CRC.unpack_from(head, _HEADER.size)[0] != zlib.crc32(head[:_HEADER.size]):
         raise ImageError("its header is damaged")
-    _, version, flags, got, slots, live = _HEADER.unpack_from(head)
+    _, version, flags, got, *taken, slots, live = _HEADER.unpack_from(head)
     if version != VERSION:
         raise ImageError(f"it has version {version}; this packfs reads version {VERSION}")
     if got != token:
         raise ImageError("it is not the image of this catalog (a stale image)")
+    if tuple(taken) != tuple(stamp):
+        raise ImageError("the catalog has moved on since the image was taken")
     if bool(flags & _KEEP_XATTRS) != keep_xattrs:
         raise ImageError(f"it was written with{'' if flags & _KEEP_XATTRS else 'out'} xattrs_in_memory")
     if sys.byteorder != "little":
@@ -148,8 +159,8 @@ def _decode(r: "_Reader", token: int, keep_xattrs: bool) -> InodeTable:
     shared, table.kname, table.dirs = r.unmarshal((list, list, dict))
     table.rdev, table.target, table.extents = r.unmarshal((dict, dict, dict))
     (table.xattrs,) = r.unmarshal((dict,))
-    if len(table.kname) != slots:
-        raise ImageError("its name column has the wrong length")
+    if len(table.kname) != slots or live != slots - table.mode.count(0):
+        raise ImageError("its columns do not agree with its header")
     if r.pos != len(r.view):
         raise ImageError("it has data after its last section")
     inodes.share_names(shared)
@@ -157,13 +168,13 @@ def _decode(r: "_Reader", token: int, keep_xattrs: bool) -> InodeTable:
     return table
 
 
-def take(packdir: str, token: int | None, keep_xattrs: bool) -> InodeTable | None:
+def take(packdir: str, token: int | None, stamp: Stamp, keep_xattrs: bool) -> InodeTable | None:
     """The table of the catalog's image, or None: no image is named, or it cannot be used
     (a warning says why, and the caller loads the catalog)."""
     if not token:
         return None
     try:
-        return load(packdir, token, keep_xattrs)
+        return load(packdir, token, stamp, keep_xattrs)
     except (ImageError, OSError) as e:
         log.warning("namespace image not used, loading the catalog instead: %s", e)
         return None

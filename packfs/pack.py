@@ -51,7 +51,7 @@ class Pack:
         the image must be exactly the catalog's table.
         """
         token = image.new_token()
-        size = image.save(self.path, self.ns.table, token)
+        size = image.save(self.path, self.ns.table, token, self.catalog.stamp)
         self.catalog.set_image_token(token)
         return size
 
@@ -132,7 +132,7 @@ def open_pack(path: str, disk: Disk, volume_size: int, cache_bytes: int, xattrs_
     if info["format"] != FORMAT_VERSION:
         _write_marker(path, {**info, "format": FORMAT_VERSION}, disk)
     started = time.monotonic()
-    table = image.take(path, catalog.image_token, xattrs_in_memory)
+    table = image.take(path, catalog.image_token, catalog.stamp, xattrs_in_memory)
     ns = load_namespace(catalog, xattrs_in_memory, table)
     # From here on the namespace may change: the image must never be read again.
     if catalog.image_token:
