@@ -11,6 +11,7 @@ the JSON files already in the output directory.  Environment (used by mk/bench.m
   BENCH_PACKFS_OPTS=...   -o options for `packfs mount`
   BENCH_PACKFS_BACKING=xfs|ext4   filesystem of packfs's PACKDIR image (default xfs)
   BENCH_OBJECTS=N         objects for the scale part (default 1,000,000; 20,000 with QUICK)
+  BENCH_SWIFT_WORKERS=N   object server worker processes (default 1; Swift's own default is auto, one per core)
 """
 from __future__ import annotations
 

@@ -199,6 +199,6 @@ def main(tb, res: Results, quick: bool, reps: int, work: Path) -> None:
     sb = SwiftBench(tb, res, quick, reps, work)
     res.config["swift"] = {"phase_seconds": sb.phase_s, "sweep_seconds": sb.sweep_s, "large_object": sb.big,
                            "max_ops": {size_label(k): v for k, v in sb.max_ops.items()},
-                           "object_server": "stock swift-object-server, workers=1, one per filesystem",
+                           "object_server": f"stock swift-object-server, workers={so.WORKERS}, one per filesystem",
                            "part_power": so.PART_POWER}
     sb.run()

@@ -2,7 +2,7 @@
 
 The object server is the unmodified ``swift-object-server`` console script from PyPI, with
 a minimal config written here: ``devices`` is the filesystem's Swift ``devices`` dir (the
-filesystem under test is mounted at ``devices/sdb1``), ``workers = 1``, ``mount_check =
+filesystem under test is mounted at ``devices/sdb1``), ``workers`` (BENCH_SWIFT_WORKERS, 1), ``mount_check =
 false``, and ``swift_dir`` pointing at a run-directory swift.conf (Swift's run_wsgi calls
 ``set_swift_dir`` with it, so nothing is written to /etc/swift).  An object ring with one
 device is built with Swift's own RingBuilder.
@@ -32,6 +32,9 @@ from pathlib import Path
 
 from .util import latency_summary, log, pids_in_group
 
+# Object server worker processes: 1 by default (every request on one eventlet hub, as
+# the tables so far were measured); Swift's own default is "auto", one per core.
+WORKERS = os.environ.get("BENCH_SWIFT_WORKERS", "1")
 HASH_SUFFIX = "packfs-bench-suffix"
 HASH_PREFIX = "packfs-bench-prefix"
 PART_POWER = 10
@@ -52,7 +55,7 @@ devices = {devices}
 mount_check = false
 bind_ip = 127.0.0.1
 bind_port = {port}
-workers = 1
+workers = {workers}
 user = root
 swift_dir = {swift_dir}
 log_name = object-server-{name}
@@ -119,7 +122,7 @@ class ObjectServer:
         write_swift_dir(self.swift_dir, self.port)
         conf = self.swift_dir / "object-server.conf"
         conf.write_text(_OBJ_CONF.format(devices=self.devices, port=self.port,
-                                         swift_dir=self.swift_dir, name=self.name))
+                                         swift_dir=self.swift_dir, name=self.name, workers=WORKERS))
         self.logfile = self.swift_dir / "object-server.log"
         with open(self.logfile, "ab") as lf:
             self.proc = subprocess.Popen([swift_bin("swift-object-server"), str(conf)],

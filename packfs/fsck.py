@@ -36,6 +36,7 @@ import errno
 import os
 import stat
 import sys
+import time
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -174,12 +175,42 @@ class _Reader:
         return offset
 
 
-def scan_volumes(disk: Disk, volumes: Volumes) -> Scan:
+class Progress:
+    """A line on stderr every few seconds while fsck works: a large pack takes minutes
+    (every record is read). A check that ends sooner prints nothing."""
+
+    def __init__(self, every: float = 2.0, write: Callable[[str], None] | None = None) -> None:
+        self.every = every
+        self.write = write or (lambda line: print(f"packfs fsck: {line}", file=sys.stderr, flush=True))
+        self._started = time.monotonic()
+        self._due = self._started + every
+
+    def __call__(self, line: Callable[[], str]) -> None:
+        """Report how far the current step is, if the last line is old enough (line is made only then)."""
+        now = time.monotonic()
+        if now >= self._due:
+            self._due = now + self.every
+            self.write(line())
+
+    def step(self, line: str) -> None:
+        """A new step begins: say so, once the whole run has taken long enough to report at all."""
+        now = time.monotonic()
+        if now >= self._started + self.every:
+            self._due = now + self.every
+            self.write(line)
+
+
+QUIET = Progress(write=lambda line: None)
+
+
+def scan_volumes(disk: Disk, volumes: Volumes, progress: Progress = QUIET) -> Scan:
     out = Scan()
-    for vol in volumes.existing():
+    existing = volumes.existing()
+    for n, vol in enumerate(existing, 1):
         fd = volumes.fd(vol)
         size = disk.size(fd)
         out.sizes[vol] = size
+        progress.step(f"reading volume {volume_name(vol)} ({n} of {len(existing)}, {size / 2**30:.2f} GiB)")
         r = _Reader(disk, fd, size)
         pos = 0
         bad_start, bad_reason = -1, ""
@@ -212,6 +243,9 @@ def scan_volumes(disk: Disk, volumes: Volumes) -> Scan:
                 rec = Scanned(vol, pos, header, ok, "" if ok else "payload checksum mismatch")
             out.records[(vol, pos)] = rec
             pos += header.footprint
+            if not len(out.records) & 1023:
+                progress(lambda: f"volume {volume_name(vol)} ({n} of {len(existing)}): {pos / 2**30:.2f} of "
+                                 f"{size / 2**30:.2f} GiB read, {len(out.records):,} records checked")
         end_bad(min(pos, size))
     return out
 
@@ -529,8 +563,9 @@ def _extent_problem(node: Inode, e: ext.Extent, scan: Scan) -> str:
 
 def fsck(packdir: str, repair: bool = False, *, disk: Disk | None = None,
          out: Callable[[str], None] | None = None, lock: bool = True) -> int:
-    """`packfs fsck PACKDIR [--repair]`: print one line per finding and a summary; the exit code."""
-    report = check(packdir, repair=repair, disk=disk, out=out or _print, lock=lock)
+    """`packfs fsck PACKDIR [--repair]`: print one line per finding and a summary; the exit code.
+    Progress goes to stderr."""
+    report = check(packdir, repair=repair, disk=disk, out=out or _print, lock=lock, progress=Progress())
     return report.exit_code
 
 
@@ -539,7 +574,7 @@ def _print(line: str) -> None:
 
 
 def check(packdir: str, repair: bool = False, *, disk: Disk | None = None,
-          out: Callable[[str], None] | None = None, lock: bool = True) -> Report:
+          out: Callable[[str], None] | None = None, lock: bool = True, progress: Progress = QUIET) -> Report:
     """Check (and with repair=True, repair) a pack; returns the report of the final state."""
     out = out or (lambda line: None)
     packdir = os.path.abspath(packdir)
@@ -559,7 +594,7 @@ def check(packdir: str, repair: bool = False, *, disk: Disk | None = None,
                 return report
         disk = disk or Disk()
         try:
-            return _run(packdir, repair, disk, report, out)
+            return _run(packdir, repair, disk, report, out, progress)
         except OSError as e:
             report.error = f"I/O error: {e}"
             out(report.summary())
@@ -569,8 +604,9 @@ def check(packdir: str, repair: bool = False, *, disk: Disk | None = None,
             os.close(lock_fd)
 
 
-def _run(packdir: str, repair: bool, disk: Disk, report: Report, out: Callable[[str], None]) -> Report:
-    first = _check(packdir, disk, report)
+def _run(packdir: str, repair: bool, disk: Disk, report: Report, out: Callable[[str], None],
+         progress: Progress) -> Report:
+    first = _check(packdir, disk, report, progress)
     for f in report.findings:
         out(f.message)
     if not repair or report.error or (not report.problems and not first.tail):
@@ -580,9 +616,10 @@ def _run(packdir: str, repair: bool, disk: Disk, report: Report, out: Callable[[
         out("repair: not possible: the catalog itself is damaged or foreign")
         out(report.summary())
         return report
-    _repair(packdir, disk, report, first, out)
+    _repair(packdir, disk, report, first, out, progress)
     final = Report(packdir)
-    _check(packdir, disk, final)
+    progress.step("checking the repaired pack")
+    _check(packdir, disk, final, progress)
     final.actions = report.actions
     for f in final.problems:
         out(f"after repair: {f.message}")
@@ -601,7 +638,7 @@ class _State:
     pack_id: int = 0
 
 
-def _check(packdir: str, disk: Disk, report: Report) -> _State:
+def _check(packdir: str, disk: Disk, report: Report, progress: Progress = QUIET) -> _State:
     st = _State()
     try:
         info = packmod.read_marker(packdir)
@@ -624,12 +661,13 @@ def _check(packdir: str, disk: Disk, report: Report) -> _State:
         ro = _ReadOnlyDisk(disk)
         scan_vols = Volumes(disk, voldir, st.pack_id, 1 << 62, 0)
         try:
-            st.scan = scan = scan_volumes(disk, scan_vols)
+            st.scan = scan = scan_volumes(disk, scan_vols, progress)
         finally:
             scan_vols.close()
         report.volumes = len(scan.sizes)
         report.data_records = sum(1 for r in scan.records.values() if r.header.rtype == records.DATA)
         report.meta_records = len(scan.records) - report.data_records
+        progress.step(f"{len(scan.records):,} records read; loading the catalog and replaying the log")
         ns = load_namespace(catalog)
         vols = Volumes(ro, voldir, st.pack_id, 1 << 62, 0)
         try:
@@ -662,6 +700,7 @@ def _check(packdir: str, disk: Disk, report: Report) -> _State:
                 "keeps them"))
             st.tolerant = True
         to_free = set(ns.frees) | _dead_listed(catalog)
+        progress.step(f"cross-checking {len(ns):,} inodes against the records")
         report.findings += cross_check(ns, scan, st.catalog_pos, st.end, to_free)
         report.files = sum(1 for n in ns if not n.is_dir)
         report.directories = sum(1 for n in ns if n.is_dir)
@@ -693,7 +732,8 @@ def _release_orphans(ns: Namespace) -> None:
 
 # -- repair -------------------------------------------------------------------------------
 
-def _repair(packdir: str, disk: Disk, report: Report, first: _State, out: Callable[[str], None]) -> None:
+def _repair(packdir: str, disk: Disk, report: Report, first: _State, out: Callable[[str], None],
+            progress: Progress = QUIET) -> None:
     def did(line: str) -> None:
         report.actions.append(line)
         out(f"repair: {line}")
@@ -705,6 +745,7 @@ def _repair(packdir: str, disk: Disk, report: Report, first: _State, out: Callab
     try:
         s = catalog.settings
         listed = _dead_listed(catalog)
+        progress.step("repairing: loading the catalog and replaying the log")
         ns = load_namespace(catalog)
         replayed: list = []
         if not first.tolerant:
@@ -730,7 +771,8 @@ def _repair(packdir: str, disk: Disk, report: Report, first: _State, out: Callab
             _release_orphans(ns)
             vols.open_tail(end[0], end[1], seq)
         end = (vols.active, vols.tail)
-        scan = scan_volumes(disk, vols)
+        scan = scan_volumes(disk, vols, progress)
+        progress.step("cross-checking the namespace against the records")
         findings = cross_check(ns, scan, (s["volume"], s["offset"]), end, set(ns.frees) | listed)
         punch: list[tuple[int, int, int]] = []
         lost_found: Inode | None = None

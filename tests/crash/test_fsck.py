@@ -311,3 +311,24 @@ def test_damaged_catalog_and_not_a_pack(tmp_path: Path) -> None:
     lines = []
     assert fsck.fsck(str(other), out=lines.append) == 2
     assert "not a packfs pack directory" in lines[-1]
+
+
+def test_progress_names_each_step(tmp_path: Path) -> None:
+    """A long fsck says what it is doing; here every line is due at once (every=0)."""
+    root = tmp_path / "pack"
+
+    async def many_files(fs) -> None:
+        for i in range(1100):
+            await write_file(fs, f"/objects/{i % 7}/{i}.data", b"%d" % i, fsync=False)
+
+    run(root, Disk(), many_files)
+    lines: list[str] = []
+    rep = fsck.check(str(root), out=lambda line: None, progress=fsck.Progress(every=0, write=lines.append))
+    assert rep.exit_code == 0 and rep.data_records >= 1024
+    assert any(line.startswith("reading volume 00000001.pack (1 of ") for line in lines), lines
+    assert any(line.endswith("1,024 records checked") for line in lines), lines
+    assert any("loading the catalog" in line for line in lines), lines
+    assert any(line.startswith("cross-checking") for line in lines), lines
+    quiet: list[str] = []
+    fsck.check(str(root), out=lambda line: None, progress=fsck.Progress(every=3600, write=quiet.append))
+    assert quiet == []  # a check shorter than the interval prints nothing
