@@ -223,6 +223,11 @@ class InodeTable:
         size = sum(itertools.compress(self.size, self.mode)) - sum(itertools.compress(self.size, is_dir))
         return dirs, self.live - dirs, size
 
+    def nameless(self) -> list[int]:
+        """Live inodes with no name: unlinked while open when their daemon stopped."""
+        zero = itertools.compress(range(len(self.nlink)), map(operator.not_, self.nlink))
+        return [ino for ino in zero if self.mode[ino]]  # free slots keep their last nlink
+
     def record_lengths(self) -> Iterator[int]:
         """The length of every record a file maps, each record once (a record whole in the
         `rec` column is mapped by no other extent: sharing comes only from splits)."""

@@ -208,8 +208,8 @@ def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq:
     # before the post-recovery checkpoint names it.
     for vol in [v for v in volumes.existing() if start_vol <= v <= end_vol and v not in flushed]:
         disk.fdatasync(volumes.fd(vol))
-    for node in [n for n in ns if n.nlink == 0]:
-        ns.release(node)
+    for ino in ns.table.nameless():
+        ns.release(ns.get(ino))
         rec.orphans += 1
     # Records that died after the checkpoint were only in the lost process's list of
     # frees: find them again, so the post-recovery checkpoint punches them.

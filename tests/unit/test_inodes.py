@@ -243,3 +243,15 @@ def test_usage_by_columns_matches_a_walk_of_every_inode():
     assert sorted(ns.table.record_lengths()) == sorted(k[2] for k in live)
     assert sum(map(records.footprint, ns.table.record_lengths())) == sum(records.footprint(k[2]) for k in live)
     assert ns.table.rec[ns.lookup(ROOT, b"one0").ino]  # the column form is exercised
+
+
+def test_nameless_finds_live_inodes_without_links_only(ns):
+    kept = ns.create(ROOT, b"kept", REG, 0, 0)
+    gone = ns.create(ROOT, b"gone", REG, 0, 0)
+    held = ns.create(ROOT, b"held", REG, 0, 0)
+    ns.release(ns.unlink(ROOT, b"gone"))  # freed: its slot keeps nlink 0 but is not live
+    held.opens = 1
+    ns.unlink(ROOT, b"held")  # open, so not released: live with no name
+    assert not ns.table.exists(gone.ino) and ns.table.nlink[gone.ino] == 0
+    assert ns.table.nameless() == [held.ino]
+    assert kept.ino not in ns.table.nameless()
