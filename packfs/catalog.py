@@ -7,11 +7,12 @@ checkpoint durable when its transaction commits.
 """
 from __future__ import annotations
 
+import os
 from typing import Iterable, Iterator
 
 import apsw
 
-from . import FORMAT_VERSION, READABLE_FORMATS
+from . import FORMAT_VERSION, READABLE_FORMATS, image
 from .inodes import InodeRow
 
 SCHEMA = """
@@ -124,8 +125,9 @@ class Catalog:
 
         `dead` lists the records this checkpoint lets the caller punch; they stay listed
         until the next checkpoint, so a punch lost in a crash is redone at mount.
-        Any namespace image stops matching the catalog: its token goes.
+        Any namespace image stops matching the catalog: its token goes, and then its file.
         """
+        had_image = self.image_token is not None
         with self.db:
             self.db.execute("DELETE FROM dead_records")
             self.db.executemany("INSERT OR REPLACE INTO dead_records VALUES (?,?,?)", dead)
@@ -144,6 +146,8 @@ class Catalog:
                 else:
                     self.db.execute("DELETE FROM shared_records WHERE volume = ? AND offset = ?", (vol, off))
             self._put({**settings, "image": None})
+        if had_image:
+            image.discard(os.path.dirname(self.db.filename))
 
     def counts(self) -> tuple[int, int]:
         inodes = self.db.execute("SELECT count(*) FROM inodes").fetchall()[0][0]

@@ -7,8 +7,9 @@ only a cache of the catalog, like Bitcask's hint files, never a second truth:
 
 - it is written after the final checkpoint of a clean unmount, and only then named in
   the catalog by a random token (so a crash while writing it leaves no token);
-- every checkpoint removes the token (fsck's repairs too), and a mount removes it, and
-  the image, before it can change anything;
+- every checkpoint removes the token in its own transaction, then the file (fsck's
+  repairs too); until a mount's first checkpoint the catalog has not changed, so a crash
+  before it recovers from the image as well, replaying the log after it;
 - an image that is missing, damaged, of another version or layout, whose token is not
   the catalog's, or taken at another checkpoint position (a catalog an older packfs
   changed), is not used: the mount loads the catalog instead and says why.

@@ -134,10 +134,13 @@ def open_pack(path: str, disk: Disk, volume_size: int, cache_bytes: int, xattrs_
     started = time.monotonic()
     table = image.take(path, catalog.image_token, catalog.stamp, xattrs_in_memory)
     ns = load_namespace(catalog, xattrs_in_memory, table)
-    # From here on the namespace may change: the image must never be read again.
-    if catalog.image_token:
-        catalog.set_image_token(None)
-    image.discard(path)
+    if table is None:
+        # No usable image: make sure the one the catalog may name is never read.
+        if catalog.image_token:
+            catalog.set_image_token(None)
+        image.discard(path)
+    # A usable image stays named until this mount's first checkpoint changes the
+    # catalog (Catalog.checkpoint forgets it): a crash before then recovers from it too.
     loaded = time.monotonic() - started
     volumes = Volumes(disk, os.path.join(path, "volumes"), info["pack_id"], volume_size, cache_bytes)
     s = catalog.settings

@@ -1,11 +1,13 @@
-"""The namespace image through real mounts: a clean unmount leaves one, the next mount
-reads it once, and a mount from the image shows exactly what a mount from the catalog shows."""
+"""The namespace image through real mounts: a clean unmount leaves one, mounts read it
+until a checkpoint changes the catalog, and a mount from the image shows exactly what a
+mount from the catalog shows."""
 from __future__ import annotations
 
 import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from fsutil import fsync_dir, read_file, snapshot_tree, write_file
 from mounts import PACKFS, kill9, mounted
 from test_bulk import _build_tree
@@ -28,10 +30,12 @@ def test_image_and_catalog_mounts_show_the_same_tree(tmp_path, packdir):
     assert "namespace image written" in (packdir / "packfs.log").read_text()
     with mounted(packdir, mnt):
         assert loaded_from(packdir) == "image"
-        assert not img.exists()  # read once: the mount may change the namespace from here on
+        assert img.exists()  # the catalog has not changed yet: the image still matches it
         shown = subprocess.run([*PACKFS, "stats", str(mnt)], check=True, capture_output=True, text=True).stdout
         assert "inode table from the image" in shown
         assert snapshot_tree(mnt) == before
+        assert control.request(pack.read_marker(str(packdir))["pack_id"], "sync") == {"ok": True}
+        assert not img.exists()  # a checkpoint changed the catalog: the image went with its token
     img.unlink()  # the catalog names an image that is gone: the mount loads the catalog
     with mounted(packdir, mnt):
         assert loaded_from(packdir) == "catalog"
@@ -39,7 +43,10 @@ def test_image_and_catalog_mounts_show_the_same_tree(tmp_path, packdir):
     assert "namespace image not used" in (packdir / "packfs.log").read_text()
 
 
-def test_crash_after_an_image_mount_loses_nothing(tmp_path, packdir):
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_crash_after_an_image_mount_loses_nothing(tmp_path, packdir, checkpointed):
+    """kill -9 before the mount's first checkpoint: recovery starts from the image; after
+    it: from the catalog. Either way every fsync'd change is there."""
     mnt = tmp_path / "mnt"
     with mounted(packdir, mnt):
         write_file(mnt / "kept", b"k" * 5000, fsync=True)
@@ -47,14 +54,16 @@ def test_crash_after_an_image_mount_loses_nothing(tmp_path, packdir):
     with mounted(packdir, mnt):
         assert loaded_from(packdir) == "image"
         os.makedirs(mnt / "objects" / "1")
+        if checkpointed:
+            assert control.request(pack.read_marker(str(packdir))["pack_id"], "sync") == {"ok": True}
         write_file(mnt / "objects" / "1" / "new.data", b"n" * 70_000, fsync=True)
         os.unlink(mnt / "doomed")
         fsync_dir(mnt / "objects" / "1")
         fsync_dir(mnt)
         kill9(packdir, mnt)
-    assert not (packdir / image.FILENAME).exists()
+    assert (packdir / image.FILENAME).exists() != checkpointed
     with mounted(packdir, mnt):
-        assert loaded_from(packdir) == "catalog"  # kill -9 leaves no image: catalog and log
+        assert loaded_from(packdir) == ("catalog" if checkpointed else "image")
         assert read_file(mnt / "objects" / "1" / "new.data") == b"n" * 70_000
         assert read_file(mnt / "kept") == b"k" * 5000
         assert sorted(os.listdir(mnt)) == ["kept", "objects"]

@@ -81,9 +81,14 @@ def test_catalog_changed_by_a_packfs_without_images_is_not_taken_for_the_image(t
     """An older packfs checkpoints without clearing the token: the stamp still tells."""
     ns = build()
     token = saved(tmp_path, cat, ns)
+    kept = tmp_path / "image.copy"
+    shutil.copy(tmp_path / image.FILENAME, kept)
     ns.create(ROOT, b"written by an older packfs", stat.S_IFREG | 0o600, 0, 0)
     checkpoint(cat, ns, volume=1, offset=12288, seq=99)
-    cat.set_image_token(token)  # what an older packfs leaves: it knows nothing of the token
+    assert not (tmp_path / image.FILENAME).exists()  # this packfs's checkpoint removes it
+    # What an older packfs leaves: it knows nothing of the token or the file.
+    shutil.copy(kept, tmp_path / image.FILENAME)
+    cat.set_image_token(token)
     with pytest.raises(image.ImageError, match="moved on"):
         image.load(str(tmp_path), token, cat.stamp, True)
     assert image.take(str(tmp_path), cat.image_token, cat.stamp, True) is None
@@ -132,31 +137,32 @@ def test_image_of_another_catalog_or_mode_is_not_used(tmp_path, cat):
 # -- through open_pack, as a mount uses it -------------------------------------------
 
 
-def test_clean_close_then_open_uses_the_image_once(packdir):
+def _opened(packdir) -> tuple[str, int | None, bool]:
+    """Open and close the pack without a checkpoint: (loaded from, image token, image file exists)."""
+    p = open_pack(packdir)
+    try:
+        assert lookup_path(p, b"dir").xattrs == {b"user.k": b"v"}
+        return p.loaded_from, p.catalog.image_token, (packdir / image.FILENAME).exists()
+    finally:
+        p.volumes.close()
+        p.catalog.close()
+
+
+def test_the_image_serves_until_the_first_checkpoint(packdir):
     async def body(fs: Filesystem) -> None:
         await make_committed(fs)
 
     run(packdir, body, clean=True, save_image=True)
     assert (packdir / image.FILENAME).exists()
-    p = open_pack(packdir)
-    try:
-        assert p.loaded_from == "image"
-        assert p.catalog.image_token is None and not (packdir / image.FILENAME).exists()
-        assert lookup_path(p, b"dir").xattrs == {b"user.k": b"v"}
-    finally:
-        p.volumes.close()
-        p.catalog.close()
+    source, token, exists = _opened(packdir)
+    assert source == "image" and token and exists  # no checkpoint yet: the catalog is unchanged
+    assert _opened(packdir)[0] == "image"  # so a crash now recovers from the image again
     for name, data in COMMITTED.items():
-        assert read_via_pack(packdir, name) == data
-    p = open_pack(packdir)
-    try:
-        assert p.loaded_from == "catalog"
-    finally:
-        p.volumes.close()
-        p.catalog.close()
+        assert read_via_pack(packdir, name) == data  # each of these closes with a checkpoint
+    assert _opened(packdir) == ("catalog", None, False)
 
 
-def test_crash_after_an_image_mount_recovers_from_catalog_and_log(packdir):
+def test_crash_after_an_image_mount_recovers_from_the_image_and_the_log(packdir):
     async def body(fs: Filesystem) -> None:
         await make_committed(fs)
 
@@ -169,6 +175,13 @@ def test_crash_after_an_image_mount_recovers_from_catalog_and_log(packdir):
         await fs.fsync()
 
     run(packdir, more, clean=False)
+    p = open_pack(packdir)  # no checkpoint since the image: recovery starts from it
+    try:
+        assert p.loaded_from == "image" and p.recovery.replayed >= 1
+        assert lookup_path(p, b"a") is None and lookup_path(p, b"later").size == 9000
+    finally:
+        p.volumes.close()
+        p.catalog.close()
     assert read_via_pack(packdir, b"later") == b"L" * 9000
     assert read_via_pack(packdir, b"a") is None
     assert read_via_pack(packdir, b"dir/b") == COMMITTED[b"dir/b"]
