@@ -702,8 +702,7 @@ def _check(packdir: str, disk: Disk, report: Report, progress: Progress = QUIET)
         to_free = set(ns.frees) | _dead_listed(catalog)
         progress.step(f"cross-checking {len(ns):,} inodes against the records")
         report.findings += cross_check(ns, scan, st.catalog_pos, st.end, to_free)
-        report.files = sum(1 for n in ns if not n.is_dir)
-        report.directories = sum(1 for n in ns if n.is_dir)
+        report.directories, report.files, _ = ns.table.usage()
     finally:
         catalog.close()
     return st
@@ -725,8 +724,8 @@ def _commits_after(scan: Scan, end: tuple[int, int], vols: Volumes, disk: Disk) 
 
 
 def _release_orphans(ns: Namespace) -> None:
-    for node in [n for n in ns if n.nlink == 0]:
-        ns.release(node)
+    for ino in ns.table.nameless():
+        ns.release(ns.get(ino))
     ns.catalog_changes.merge(ns.take_journal_changes())
 
 

@@ -1,8 +1,9 @@
 """The namespace: inodes, directory entries, xattrs and extent maps, in memory.
 
 It is the only source for lookups, attributes, listings and xattrs, so those never
-touch the disk (xattrs may, if the inode table leaves their values in the catalog). Every mutation is recorded in two change sets: one the journal takes
-at each commit, one the catalog takes at each checkpoint. Nothing here does I/O.
+touch the disk (xattrs may, if the inode table leaves their values in the catalog).
+Every mutation is recorded in two change sets: one the journal takes at each commit,
+one the catalog takes at each checkpoint. Nothing here does I/O.
 The inodes themselves live in an InodeTable (inodes.py); this module gives them
 POSIX semantics.
 """

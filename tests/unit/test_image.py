@@ -103,13 +103,13 @@ def _flip(path, offset: int) -> None:
 
 
 DAMAGES = {
-    "missing": (lambda p, t: p.unlink(), "there is none"),
-    "truncated": (lambda p, t: p.write_bytes(p.read_bytes()[:-100]), "truncated"),
-    "flipped byte in the names": (lambda p, t: _flip(p, p.stat().st_size - 300), "damaged"),
-    "flipped byte in a column": (lambda p, t: _flip(p, 200), "section is damaged"),
-    "flipped byte in the header": (lambda p, t: _flip(p, 20), "header is damaged"),
-    "not an image": (lambda p, t: p.write_bytes(b"\0" * 4096), "not a packfs namespace image"),
-    "trailing bytes": (lambda p, t: p.write_bytes(p.read_bytes() + b"x"), "after its last section"),
+    "missing": (lambda p: p.unlink(), "there is none"),
+    "truncated": (lambda p: p.write_bytes(p.read_bytes()[:-100]), "truncated"),
+    "flipped byte in the names": (lambda p: _flip(p, p.stat().st_size - 300), "damaged"),
+    "flipped byte in a column": (lambda p: _flip(p, 200), "section is damaged"),
+    "flipped byte in the header": (lambda p: _flip(p, 20), "header is damaged"),
+    "not an image": (lambda p: p.write_bytes(b"\0" * 4096), "not a packfs namespace image"),
+    "trailing bytes": (lambda p: p.write_bytes(p.read_bytes() + b"x"), "after its last section"),
 }
 
 
@@ -117,7 +117,7 @@ DAMAGES = {
 def test_unusable_image_is_not_used(tmp_path, cat, caplog, damage):
     token = saved(tmp_path, cat, build())
     harm, reason = DAMAGES[damage]
-    harm(tmp_path / image.FILENAME, token)
+    harm(tmp_path / image.FILENAME)
     with pytest.raises(image.ImageError, match=reason):
         image.load(str(tmp_path), token, cat.stamp, True)
     with caplog.at_level(logging.WARNING, logger="packfs.image"):
