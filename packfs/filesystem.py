@@ -52,12 +52,13 @@ class Filesystem:
         self.started = time.time()
 
     async def start(self, nursery: trio.Nursery) -> None:
-        """Run the background tasks (appender, preallocator, committer, checkpointer);
-        checkpoint at once if recovery changed anything."""
+        """Run the background tasks (appender, preallocator, committer, checkpointer, xattr
+        compressor); checkpoint at once if recovery changed anything."""
         nursery.start_soon(self.volumes.run)
         nursery.start_soon(self.volumes.run_preallocator)
         nursery.start_soon(self.journal.run_checkpointer)
         nursery.start_soon(self.journal.run_committer)
+        nursery.start_soon(self.journal.run_xattr_compressor)
         if self.pack.recovery.changed:
             await self.journal.checkpoint()
 

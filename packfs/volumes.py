@@ -14,6 +14,7 @@ log: every later write and fsync fails with EIO, as ext4 does with errors=remoun
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -21,6 +22,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Iterator
 
 import trio
 
@@ -81,6 +83,7 @@ class Volumes:
         self._pending: list[_Queued] = []
         self._pending_cond = threading.Condition()
         self._outstanding = 0  # submitted to the appender, not yet done (on the loop only)
+        self._batching = 0  # inside batch(): the appender is woken when it ends
         self._stopping = False
         self._inflight: dict[tuple[int, int], bytes] = {}
         self._next_ticket = 1
@@ -310,7 +313,23 @@ class Volumes:
         self._outstanding += 1
         with self._pending_cond:
             self._pending.append(q)
-            self._pending_cond.notify()
+            if not self._batching:
+                self._pending_cond.notify()
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Queue the records appended inside as one batch: the appender is woken once, after
+        the last, so a commit's data and its META go out in one write (not a write for the
+        data and a second one, and a second thread wake-up, for the META)."""
+        self._batching += 1
+        try:
+            yield
+        finally:
+            self._batching -= 1
+            if not self._batching:
+                with self._pending_cond:
+                    if self._pending:
+                        self._pending_cond.notify()
 
     async def run(self) -> None:
         """The appender: a thread of its own writes queued records in log order.

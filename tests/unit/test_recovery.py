@@ -371,3 +371,50 @@ def test_many_changes_without_fsync_are_committed_in_bounded_pieces(packdir):
     finally:
         p.volumes.close()
         p.catalog.close()
+
+
+SWIFT_META = b"\x80\x02}q\x00(X\x04\x00\x00\x00nameq\x01X\x0e\x00\x00\x00/AUTH_test/c/o" + b"X-Timestamp" * 20
+
+
+def is_compressed(blob: bytes | None) -> bool:
+    return blob is not None and blob[:2] == b"\xff\xff"
+
+
+def test_xattrs_are_compressed_after_the_commit_and_replay_plain_or_not(packdir):
+    """setxattr stores plain; the background compresses after a commit; a crash replays
+    the plain form the commit logged, compresses it again, and loses nothing."""
+    async def body(fs: Filesystem) -> None:
+        ino = await write_file(fs, ROOT, b"obj", b"x" * 4096)
+        fs.setxattr(ino, b"user.swift.metadata", SWIFT_META)
+        assert not is_compressed(fs.ns.table.packed_xattrs(ino))
+        await fs.fsync()
+        with trio.fail_after(10):
+            while not is_compressed(fs.ns.table.packed_xattrs(ino)):
+                await trio.sleep(0.001)  # the compressor runs once the commit is queued
+
+    run(packdir, body, clean=False)
+    p = open_pack(packdir)
+    try:
+        ino = lookup_path(p, b"obj").ino
+        assert p.recovery.replayed >= 1
+        assert p.ns.getxattr(ino, b"user.swift.metadata") == SWIFT_META
+        assert p.ns.table.compress_xattrs() is False and is_compressed(p.ns.table.packed_xattrs(ino))
+    finally:
+        p.volumes.close()
+        p.catalog.close()
+
+    async def checkpointed(fs: Filesystem) -> None:
+        ino = fs.lookup(ROOT, b"obj").ino
+        fs.setxattr(ino, b"user.swift.metadata", SWIFT_META + b"2")
+        await fs.journal.checkpoint()  # compresses what waits before the catalog takes it
+
+    run(packdir, checkpointed, clean=True)
+    p = open_pack(packdir)
+    try:
+        ino = lookup_path(p, b"obj").ino
+        assert is_compressed(p.catalog.xattrs_of(ino))  # the catalog holds them small
+        assert is_compressed(p.ns.table.packed_xattrs(ino))
+        assert p.ns.getxattr(ino, b"user.swift.metadata") == SWIFT_META + b"2"
+    finally:
+        p.volumes.close()
+        p.catalog.close()
