@@ -45,6 +45,14 @@ class Disk:
     def pread(self, fd: int, length: int, offset: int) -> bytes:
         return os.pread(fd, length, offset)
 
+    def prefetch(self, fd: int, length: int, offset: int) -> None:
+        """Start reading a range into the page cache and return at once (advice: errors are
+        ignored, a later read reports them)."""
+        try:
+            os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass
+
     def pread_cached(self, fd: int, length: int, offset: int) -> bytes | None:
         """The bytes if the page cache holds all of them, else None; never waits for the disk.
 

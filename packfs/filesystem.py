@@ -150,10 +150,13 @@ class Filesystem:
 
     # -- contents -------------------------------------------------------------------
 
-    def open(self, ino: int, truncate: bool = False) -> int:
+    def open(self, ino: int, truncate: bool = False, prefetch: bool = False) -> int:
+        """A handle for a file; prefetch: start reading its first records from the disk now."""
         node = self.ns.get(ino)
         if node.is_dir:
             raise FsError(errno.EISDIR)
+        if prefetch and node.is_reg:
+            self.volumes.prefetch(node.extent_list())
         if truncate and node.is_reg and node.size:
             self.wb.truncate(node, 0)
             node.mtime = node.ctime = time.time_ns()
@@ -208,7 +211,8 @@ class Filesystem:
             "dead_bytes": sum(records.footprint(k[2]) for k in dead),
             "punched_bytes": v.punched_bytes, "disk_allocated_bytes": allocated,
             "appended_bytes": v.appended, "device_writes": v.writes,
-            "device_flushes": v.flushes, "commits": self.journal.commits,
+            "device_flushes": v.flushes, "device_reads_waited": v.reads_waited, "prefetches": v.prefetches,
+            "commits": self.journal.commits,
             "checkpoints": self.journal.checkpoints,
             "last_checkpoint_seconds": round(self.journal.last_checkpoint_seconds, 3),
             "dirty_bytes": self.wb.dirty_bytes,

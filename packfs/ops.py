@@ -70,6 +70,7 @@ class Operations(pyfuse3.Operations):
         self._entry_timeout = fs.options.entry_timeout
         self._attr_timeout = fs.options.attr_timeout
         self._direct_writes = fs.options.direct_writes
+        self._prefetch = fs.options.prefetch
         self._dirs: dict[int, tuple[int, list[tuple[bytes, int]]]] = {}  # handle: (directory, entries)
         self._next_dh = 1
 
@@ -199,7 +200,8 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
-        fh = self.fs.open(inode, truncate=bool(flags & os.O_TRUNC))
+        reading = (flags & os.O_ACCMODE) == os.O_RDONLY
+        fh = self.fs.open(inode, truncate=bool(flags & os.O_TRUNC), prefetch=reading and self._prefetch)
         direct = self._direct_writes and (flags & os.O_ACCMODE) == os.O_WRONLY
         return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=direct)
 

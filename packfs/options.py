@@ -40,6 +40,7 @@ class Options:
     allow_other: bool = os.geteuid() == 0  # let other users (Swift's) use a root mount
     max_tasks: int = 64                # concurrent pyfuse3 request tasks
     busy_poll_us: int = 100            # the loop polls this long after a request before sleeping
+    prefetch: bool = True              # an open for reading starts the disk read of the file's data
     xattrs_in_memory: bool = True      # off: checkpointed xattr values are read from the catalog
     debug: bool = False                # log every request
 

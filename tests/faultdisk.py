@@ -325,6 +325,9 @@ class FaultDisk(Disk):
             self._check("pread", rel, offset, length)
             return self.files[rel].live.read(offset, length)
 
+    def prefetch(self, fd: int, length: int, offset: int) -> None:
+        """Nothing to read ahead: the image is in memory."""
+
     def pread_cached(self, fd: int, length: int, offset: int) -> None:
         """Never "cached": every read goes through pread, where faults are injected."""
         return None

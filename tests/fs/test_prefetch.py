@@ -1,0 +1,69 @@
+"""prefetch on a real mount: an open for reading starts the disk read of a cold file, so
+the read that follows finds the backing page cache warm and no worker thread waits."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from fsutil import drop_cache, write_file
+from mounts import PACKFS, mounted
+
+FILES = 16
+
+
+def _stats(mnt: Path) -> dict:
+    p = subprocess.run([*PACKFS, "stats", str(mnt), "--json"], check=True, capture_output=True, text=True)
+    return json.loads(p.stdout)
+
+
+def _make_cold(mnt: Path, packdir: Path) -> dict[Path, bytes]:
+    """Files whose bytes are in neither the kernel's cache of the mount nor the backing one.
+
+    A 1 MiB filler after each keeps the backing filesystem's readahead for one from
+    loading the next, and they are read back last first."""
+    files = {mnt / f"obj{i}": os.urandom(16 << 10) for i in range(FILES)}
+    for path, data in files.items():
+        write_file(path, data, fsync=True)
+        write_file(path.with_suffix(".filler"), bytes(1 << 20), fsync=True)
+        fd = os.open(path, os.O_RDONLY)
+        drop_cache(fd)
+        os.close(fd)
+    for vol in (packdir / "volumes").iterdir():
+        fd = os.open(vol, os.O_RDONLY)
+        os.fsync(fd)
+        drop_cache(fd)
+        os.close(fd)
+    return files
+
+
+def _open_wait_read(files: dict[Path, bytes]) -> None:
+    for path, data in reversed(files.items()):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            time.sleep(0.1)  # Swift asks for the object's xattrs between its open and its read
+            assert os.read(fd, 1 << 20) == data, path
+        finally:
+            os.close(fd)
+
+
+def test_a_cold_read_after_open_finds_its_record_prefetched(tmp_path, packdir):
+    with mounted(packdir, tmp_path / "mnt") as m:
+        files = _make_cold(m, packdir)
+        before = _stats(m)
+        _open_wait_read(files)
+        after = _stats(m)
+    assert after["prefetches"] - before["prefetches"] == FILES
+    assert after["device_reads_waited"] - before["device_reads_waited"] <= FILES // 4
+
+
+def test_without_prefetch_a_cold_read_waits_for_the_disk(tmp_path, packdir):
+    with mounted(packdir, tmp_path / "mnt", "noprefetch") as m:
+        files = _make_cold(m, packdir)
+        before = _stats(m)
+        _open_wait_read(files)
+        after = _stats(m)
+    assert after["prefetches"] == 0
+    assert after["device_reads_waited"] - before["device_reads_waited"] == FILES
