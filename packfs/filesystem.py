@@ -155,12 +155,12 @@ class Filesystem:
         node = self.ns.get(ino)
         if node.is_dir:
             raise FsError(errno.EISDIR)
-        if prefetch and node.is_reg:
-            self.volumes.prefetch(node.extent_list())
         if truncate and node.is_reg and node.size:
             self.wb.truncate(node, 0)
             node.mtime = node.ctime = time.time_ns()
             self.ns.touch(node)
+        elif prefetch and node.is_reg:
+            self.volumes.prefetch(node.extent_list())
         node.opens += 1
         fh = self._next_fh
         self._next_fh += 1
