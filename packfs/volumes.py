@@ -491,7 +491,11 @@ class Volumes:
             if budget < e[5] or k in self._cache or k in self._inflight:
                 continue
             budget -= e[5]
-            self.disk.prefetch(self.fd(e[2]), records.HEADER_SIZE + e[5], e[3])
+            try:
+                fd = self.fd(e[2])
+            except OSError:
+                return  # a volume that cannot be opened: the read will say so, not the open
+            self.disk.prefetch(fd, records.HEADER_SIZE + e[5], e[3])
             self.prefetches += 1
 
     def _read_verified(self, volume: int, offset: int, length: int, ino: int) -> bytes:

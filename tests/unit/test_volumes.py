@@ -87,3 +87,27 @@ def test_warm_reads_are_checked_like_cold_ones(tmp_path):
 
     serve(v, body, preallocate=False)
     v.close()
+
+
+def test_prefetch_skips_cached_and_large_records_and_never_fails(tmp_path):
+    v = volumes(tmp_path)
+    payload = os.urandom(20_000)
+
+    async def body() -> None:
+        vol, off, ticket = v.append(records.DATA, 9, 0, payload, sync=True)
+        await v.wait_durable(ticket)
+        one = (0, len(payload), vol, off, 0, len(payload))
+        v.prefetch([one])
+        assert v.prefetches == 1
+        await v.read(vol, off, len(payload), 9)  # now in the record cache: nothing to start
+        v.prefetch([one])
+        assert v.prefetches == 1
+        v._cache.clear()
+        big = (0, 1 << 20, vol, off + 4096, 0, 1 << 20)  # past the budget of an inline read
+        v.prefetch([big, one])
+        assert v.prefetches == 2  # the small one still
+        v.prefetch([(0, 4096, vol + 5, 0, 0, 4096)])  # a volume that does not exist
+        assert v.prefetches == 2
+
+    serve(v, body, preallocate=False)
+    v.close()
