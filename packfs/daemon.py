@@ -49,8 +49,10 @@ class Daemon:
         self.unmounted = False  # the kernel unmounted us (fusermount3 -u, umount)
         self.terminated = False  # a signal asked us to stop
         self.closed = False  # the final checkpoint is written: the catalog holds everything
+        self.started = 0.0  # time.monotonic() when run() began: the log says how long a mount took
 
     def run(self, ready: Ready) -> int:
+        self.started = time.monotonic()
         disk = Disk()
         try:
             lock_fd = pack.lock(self.packdir)
@@ -117,6 +119,7 @@ class Daemon:
             nursery.start_soon(self._stop_on_signal)
             nursery.start_soon(ops.busypoll.run)
             ready("")
+            log.info("serving %s, %.2f s after the daemon started", self.mountpoint, time.monotonic() - self.started)
             await pyfuse3.main(min_tasks=4, max_tasks=self.opts.max_tasks)
             self.unmounted = not self.terminated
             log.info("unmounted; writing the final checkpoint")
