@@ -69,13 +69,19 @@ def test_preallocator_stays_inside_a_small_volume(tmp_path):
     v.close()
 
 
+async def append_durably(v: Volumes, payload: bytes) -> tuple[int, int]:
+    """(volume, offset) of a DATA record of inode 9, once it is on disk."""
+    vol, off, ticket = v.append(records.DATA, 9, 0, payload, sync=True)
+    await v.wait_durable(ticket)
+    return vol, off
+
+
 def test_warm_reads_are_checked_like_cold_ones(tmp_path):
     v = volumes(tmp_path)
     payload = os.urandom(20_000)
 
     async def body() -> None:
-        vol, off, ticket = v.append(records.DATA, 9, 0, payload, sync=True)
-        await v.wait_durable(ticket)
+        vol, off = await append_durably(v, payload)
         assert v.disk.pread_cached(v.fd(vol), 4096, off) is not None  # just written: in the page cache
         assert await v.read(vol, off, len(payload), 9) == payload
         v._cache.clear()
@@ -94,8 +100,7 @@ def test_prefetch_skips_cached_and_large_records_and_never_fails(tmp_path):
     payload = os.urandom(20_000)
 
     async def body() -> None:
-        vol, off, ticket = v.append(records.DATA, 9, 0, payload, sync=True)
-        await v.wait_durable(ticket)
+        vol, off = await append_durably(v, payload)
         one = (0, len(payload), vol, off, 0, len(payload))
         v.prefetch([one])
         assert v.prefetches == 1
