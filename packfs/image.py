@@ -30,12 +30,13 @@ from array import array
 from typing import Iterator
 
 from . import inodes
+from .arena import Arena
 from .inodes import InodeTable
 
 log = logging.getLogger(__name__)
 
 FILENAME = "namespace.img"
-VERSION = 1
+VERSION = 2
 _MAGIC = b"PKFSIMG\0"
 # magic, version, flags, token, the catalog stamp (volume, offset, seq, next_ino), slots, live inodes
 _HEADER = struct.Struct("<8sIIQ4QQQ")
@@ -100,8 +101,9 @@ def _sections(table: InodeTable, slots: int) -> Iterator[bytes | memoryview]:
     for name in COLUMNS:
         yield memoryview(getattr(table, name)).cast("B")[:slots * getattr(table, name).itemsize]
     yield memoryview(table.xcat)[:slots]
-    # One marshal call for the names: the short names shared between directories stay shared.
-    yield marshal.dumps((inodes.shared_names(), table.kname[:slots], table.dirs), _MARSHAL_VERSION)
+    yield memoryview(table.names.data)
+    # One marshal call for the dicts' names: the short names shared between them stay shared.
+    yield marshal.dumps((inodes.shared_names(), table.names.free_lists(), table.dirs), _MARSHAL_VERSION)
     yield marshal.dumps((table.rdev, table.target, table.extents), _MARSHAL_VERSION)
     yield marshal.dumps(table.xattrs, _MARSHAL_VERSION)
 
@@ -157,10 +159,15 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
     for name in inodes.RUNTIME_COLUMNS:
         setattr(table, name, array(getattr(table, name).typecode, bytes(slots * getattr(table, name).itemsize)))
     table.xcat = bytearray(r.section(slots))
-    shared, table.kname, table.dirs = r.unmarshal((list, list, dict))
+    names = r.section()
+    shared, free, table.dirs = r.unmarshal((list, dict, dict))
+    try:
+        table.names = Arena.restore(table.names.grain, names, free)
+    except (ValueError, TypeError) as e:
+        raise ImageError(f"its names do not decode: {e}") from None
     table.rdev, table.target, table.extents = r.unmarshal((dict, dict, dict))
     (table.xattrs,) = r.unmarshal((dict,))
-    if len(table.kname) != slots or live != slots - table.mode.count(0):
+    if live != slots - table.mode.count(0):
         raise ImageError("its columns do not agree with its header")
     if r.pos != len(r.view):
         raise ImageError("it has data after its last section")

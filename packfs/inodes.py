@@ -24,6 +24,7 @@ from array import array
 from typing import Any, Callable, Iterable, Iterator
 
 from . import extents as ext
+from .arena import Arena
 
 ROOT = 1
 
@@ -106,8 +107,8 @@ def unpack_xattrs(blob: bytes | None) -> dict[bytes, bytes] | None:
     return {name: blob[a:b] for name, a, b in _iter_xattrs(blob)}
 
 
-# Names this short are shared, one object per distinct name: Swift's three-hex-digit
-# suffix directories repeat in every partition (40 B saved per suffix directory).
+# Names this short are shared as keys of directories' dicts, one object per distinct
+# name: Swift's three-hex-digit suffix directories repeat in every partition directory.
 SHORT_NAME_MAX = 4
 _SHORT_NAMES_MAX = 1 << 16  # beyond this many distinct short names, stop sharing
 _short_names: dict[bytes, bytes] = {}
@@ -135,11 +136,16 @@ def _shared_name(name: bytes) -> bytes:
     return shared
 
 
+def _dict_key(name: bytes) -> bytes:
+    """A name as a key of a directory's dict: shared if short."""
+    return _shared_name(name) if len(name) <= SHORT_NAME_MAX else name
+
+
 _ABSENT = object()
 _FETCHED_MAX = 256
 
 U32_COLUMNS = ("mode", "uid", "gid", "nlink", "rlen")
-I64_COLUMNS = ("size", "atime", "mtime", "ctime", "parent", "kid", "rec", "lookups")
+I64_COLUMNS = ("size", "atime", "mtime", "ctime", "parent", "kid", "kname", "rec", "lookups")
 RUNTIME_COLUMNS = ("lookups",)  # what only a running mount has: never saved
 _IFMT = 0o170000  # the file type bits of a mode
 _REC_OFFSET_BITS = 40  # rec = volume << 40 | record offset / 4 KiB
@@ -160,7 +166,8 @@ class InodeTable:
     A slot is free when its mode is 0. A directory's entries are kept in one of two
     forms: most of Swift's suffix and hash directories hold one name, stored in the
     directory's own slot (`kid` is the child, `kname` its name); a directory with two
-    or more names has a dict in `dirs` instead (`kid` is then 0).
+    or more names has a dict in `dirs` instead (`kid` is then 0). A `kname` is a
+    reference into the `names` arena, not a bytes object: 8 B and the name's own bytes.
     """
 
     def __init__(self) -> None:
@@ -174,7 +181,8 @@ class InodeTable:
         self.ctime = array("q")
         self.parent = array("q")
         self.kid = array("q")
-        self.kname: list[bytes | None] = []
+        self.kname = array("q")
+        self.names = Arena()
         self.dirs: dict[int, dict[bytes, int]] = {}
         self.rdev: dict[int, int] = {}
         self.target: dict[int, bytes] = {}
@@ -216,7 +224,6 @@ class InodeTable:
             getattr(self, name).frombytes(bytes(4 * more))
         for name in I64_COLUMNS:
             getattr(self, name).frombytes(bytes(8 * more))
-        self.kname.extend(itertools.repeat(None, more))
         self.xcat.extend(bytes(more))
 
     def exists(self, ino: int) -> bool:
@@ -317,16 +324,16 @@ class InodeTable:
     def load_entries(self, dirents: Iterable[tuple[int, bytes, int]]) -> None:
         """Add catalog directory entries (parent, name, ino) to loaded directories."""
         kid, kname, dirs, set_child = self.kid, self.kname, self.dirs, self.set_child
+        put = self.names.append if self.names.grain == 1 and not self.names.free else self.names.put
         for parent, name, ino in dirents:
-            if len(name) <= SHORT_NAME_MAX:
-                name = _shared_name(name)
             big = dirs.get(parent)
             if big is not None:
-                big[name] = ino  # set_child, inlined for the directories with many names
+                # set_child, inlined for the directories with many names
+                big[_dict_key(name)] = ino
             elif kid[parent]:
                 set_child(parent, name, ino)
             else:
-                kid[parent], kname[parent] = ino, name
+                kid[parent], kname[parent] = ino, put(name)
 
     def stat(self, ino: int) -> tuple[int, int, int, int, int, int, int, int, int]:
         """(mode, nlink, uid, gid, rdev, size, atime, mtime, ctime): what getattr answers, in one call."""
@@ -352,8 +359,7 @@ class InodeTable:
         self.live -= 1
 
     def _clear_entries(self, ino: int) -> None:
-        self.kid[ino] = 0
-        self.kname[ino] = None
+        self._clear_single(ino)
         self.dirs.pop(ino, None)
 
     # -- extent maps ------------------------------------------------------------------
@@ -454,31 +460,31 @@ class InodeTable:
         if big is not None:
             return big.get(name)
         k = self.kid[d]
-        return k if k and self.kname[d] == name else None
+        return k if k and self.names.equals(self.kname[d], name) else None
 
     def children(self, d: int) -> list[tuple[bytes, int]]:
         big = self.dirs.get(d)
         if big is not None:
             return list(big.items())
         k = self.kid[d]
-        return [(self.kname[d], k)] if k else []  # type: ignore[list-item]
+        return [(self.names.get(self.kname[d]), k)] if k else []
 
     def has_children(self, d: int) -> bool:
         return d in self.dirs or self.kid[d] != 0
 
     def set_child(self, d: int, name: bytes, ino: int) -> None:
-        if len(name) <= SHORT_NAME_MAX:
-            name = _shared_name(name)
         big = self.dirs.get(d)
         if big is not None:
-            big[name] = ino
+            big[_dict_key(name)] = ino
             return
         k = self.kid[d]
-        if not k or self.kname[d] == name:
-            self.kid[d], self.kname[d] = ino, name
+        if not k:
+            self.kid[d], self.kname[d] = ino, self.names.put(name)
+        elif self.names.equals(self.kname[d], name):
+            self.kid[d] = ino
         else:
-            self.dirs[d] = {self.kname[d]: k, name: ino}  # type: ignore[dict-item]
-            self.kid[d], self.kname[d] = 0, None
+            self.dirs[d] = {_dict_key(self.names.get(self.kname[d])): k, _dict_key(name): ino}
+            self._clear_single(d)
 
     def del_child(self, d: int, name: bytes) -> None:
         """Remove a name if present, shrinking back to the one-name form."""
@@ -488,9 +494,14 @@ class InodeTable:
             if len(big) <= 1:
                 del self.dirs[d]
                 for n, k in big.items():
-                    self.kid[d], self.kname[d] = k, n
-        elif self.kid[d] and self.kname[d] == name:
-            self.kid[d], self.kname[d] = 0, None
+                    self.kid[d], self.kname[d] = k, self.names.put(n)
+        elif self.kid[d] and self.names.equals(self.kname[d], name):
+            self._clear_single(d)
+
+    def _clear_single(self, d: int) -> None:
+        """Forget a directory's one-name entry (its name's arena space is freed)."""
+        self.names.release(self.kname[d])
+        self.kid[d] = self.kname[d] = 0
 
 
 def _column(name: str, doc: str) -> property:

@@ -1,0 +1,95 @@
+"""Byte strings packed back to back in one bytearray, each named by a nonzero integer.
+
+At millions of inodes, a name or an xattr blob kept as a `bytes` object costs 33 B of
+object header, a pointer, and malloc's rounding on top of its own bytes (a 32-character
+Swift hash directory name: 65 B for 32). In an arena it costs its bytes, rounded up to
+the arena's grain, plus the 8 B reference the caller keeps in an `array` column.
+
+A reference is `offset << LEN_BITS | length`; 0 means no string, so empty strings are not
+stored. Freed space is kept in one free list per size class (the length in grains) and
+reused by the next string of that class, last freed first. Swift's names and metadata
+come in a few sizes (32-character hashes, 21-character timestamps, ~110 B of compressed
+metadata), so the space stays reused under churn; the arena never shrinks or compacts.
+"""
+from __future__ import annotations
+
+from array import array
+
+LEN_BITS = 24
+MAX_LEN = (1 << LEN_BITS) - 1
+_LEN_MASK = MAX_LEN
+
+
+class Arena:
+    """The strings, and the free space between them."""
+
+    def __init__(self, grain: int = 1) -> None:
+        self.grain = grain
+        self.data = bytearray()
+        self.free: dict[int, array] = {}  # size class -> offsets of free runs of that size
+        self.used = 0  # bytes of live strings, their rounding included
+
+    def put(self, value: bytes) -> int:
+        """Store a string of 1..MAX_LEN bytes; its reference."""
+        n = len(value)
+        if not 0 < n <= MAX_LEN:
+            raise ValueError(f"an arena string has 1 to {MAX_LEN} bytes, not {n}")
+        size = -(-n // self.grain)
+        spare = self.free.get(size)
+        if spare:
+            off = spare.pop()
+            self.data[off:off + n] = value
+        else:
+            off = len(self.data)
+            self.data += value
+            if size * self.grain > n:
+                self.data.extend(bytes(size * self.grain - n))
+        self.used += size * self.grain
+        return off << LEN_BITS | n
+
+    def append(self, value: bytes) -> int:
+        """`put` without looking for freed space: the fast path of a bulk load into an arena
+        with no free space (grain 1, 1..MAX_LEN bytes: the caller's promise)."""
+        off = len(self.data)
+        self.data += value
+        self.used += len(value)
+        return off << LEN_BITS | len(value)
+
+    def get(self, ref: int) -> bytes:
+        off = ref >> LEN_BITS
+        return bytes(self.data[off:off + (ref & _LEN_MASK)])
+
+    def equals(self, ref: int, value: bytes) -> bool:
+        """Whether the string `ref` names is `value` (without making a bytes object of it)."""
+        n = ref & _LEN_MASK
+        if n != len(value):
+            return False
+        off = ref >> LEN_BITS
+        return self.data[off:off + n] == value
+
+    def release(self, ref: int) -> None:
+        """Free a string's space for the next string of its size class; 0 is ignored."""
+        if ref:
+            size = -(-(ref & _LEN_MASK) // self.grain)
+            spare = self.free.get(size)
+            if spare is None:
+                spare = self.free[size] = array("q")
+            spare.append(ref >> LEN_BITS)
+            self.used -= size * self.grain
+
+    def free_lists(self) -> dict[int, bytes]:
+        """The free lists in a marshal-friendly form (for the namespace image)."""
+        return {size: offsets.tobytes() for size, offsets in self.free.items() if offsets}
+
+    @classmethod
+    def restore(cls, grain: int, data: bytes | memoryview, free: dict[int, bytes]) -> "Arena":
+        """An arena from its saved bytes and free lists."""
+        arena = cls(grain)
+        arena.data = bytearray(data)
+        arena.free = {size: array("q", offsets) for size, offsets in free.items()}
+        held = sum(size * grain * len(offsets) for size, offsets in arena.free.items())
+        if held > len(arena.data) or any(o < 0 or o + size * grain > len(arena.data)
+                                         for size, offsets in arena.free.items() for o in offsets):
+            raise ValueError("a free list points outside the arena")
+        arena.used = len(arena.data) - held
+        return arena

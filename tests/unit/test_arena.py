@@ -1,0 +1,51 @@
+import pytest
+
+from packfs.arena import MAX_LEN, Arena
+
+
+def test_strings_come_back_and_compare():
+    a = Arena()
+    refs = [a.put(b"x" * n) for n in (1, 3, 32, 300)]
+    assert all(refs) and [a.get(r) for r in refs] == [b"x" * n for n in (1, 3, 32, 300)]
+    assert a.equals(refs[2], b"x" * 32)
+    assert not a.equals(refs[2], b"x" * 31) and not a.equals(refs[2], b"y" + b"x" * 31)
+    assert a.used == len(a.data) == 336
+
+
+def test_freed_space_goes_to_the_next_string_of_its_size_class():
+    a = Arena(grain=16)
+    first = a.put(b"a" * 100)  # 7 grains: 112 B
+    a.put(b"b" * 20)
+    end = len(a.data)
+    a.release(first)
+    assert a.used == 32
+    again = a.put(b"c" * 97)  # also 7 grains: reuses the freed run
+    assert len(a.data) == end and again >> 24 == first >> 24 and a.get(again) == b"c" * 97
+    other = a.put(b"d" * 120)  # 8 grains: appended
+    assert other >> 24 == end and len(a.data) == end + 128
+    a.release(0)  # no string: ignored
+    assert a.used == 112 + 32 + 128
+
+
+def test_bad_lengths_are_refused():
+    a = Arena()
+    with pytest.raises(ValueError):
+        a.put(b"")
+    with pytest.raises(ValueError):
+        a.put(bytes(MAX_LEN + 1))
+
+
+def test_restore_keeps_strings_and_free_lists():
+    a = Arena(grain=8)
+    refs = [a.put(b"%d" % n * 5) for n in range(10)]
+    a.release(refs[4])
+    b = Arena.restore(8, bytes(a.data), a.free_lists())
+    assert [b.get(r) for r in refs if r != refs[4]] == [a.get(r) for r in refs if r != refs[4]]
+    assert b.used == a.used and b.put(b"4" * 5) >> 24 == refs[4] >> 24
+
+
+def test_restore_refuses_free_space_outside_the_arena():
+    a = Arena()
+    a.put(b"abc")
+    with pytest.raises(ValueError):
+        Arena.restore(1, bytes(a.data), {3: (100).to_bytes(8, "little")})
