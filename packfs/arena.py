@@ -13,17 +13,20 @@ metadata), so the space stays reused under churn; the arena never shrinks or com
 """
 from __future__ import annotations
 
+import itertools
 from array import array
 
 LEN_BITS = 24
 MAX_LEN = (1 << LEN_BITS) - 1
 _LEN_MASK = MAX_LEN
+_ZEROS = bytes(256)  # padding up to a grain (grains are at most this big)
 
 
 class Arena:
     """The strings, and the free space between them."""
 
     def __init__(self, grain: int = 1) -> None:
+        assert 0 < grain <= len(_ZEROS)
         self.grain = grain
         self.data = bytearray()
         self.free: dict[int, array] = {}  # size class -> offsets of free runs of that size
@@ -49,11 +52,15 @@ class Arena:
 
     def append(self, value: bytes) -> int:
         """`put` without looking for freed space: the fast path of a bulk load into an arena
-        with no free space (grain 1, 1..MAX_LEN bytes: the caller's promise)."""
+        that has none (and of 1..MAX_LEN bytes: the caller's promise)."""
         off = len(self.data)
+        n = len(value)
         self.data += value
-        self.used += len(value)
-        return off << LEN_BITS | len(value)
+        pad = -n % self.grain
+        if pad:
+            self.data += _ZEROS[:pad]
+        self.used += n + pad
+        return off << LEN_BITS | n
 
     def get(self, ref: int) -> bytes:
         off = ref >> LEN_BITS
@@ -76,6 +83,21 @@ class Arena:
                 spare = self.free[size] = array("q")
             spare.append(ref >> LEN_BITS)
             self.used -= size * self.grain
+
+    def wasted(self) -> int:
+        """Bytes of freed space not yet reused."""
+        return len(self.data) - self.used
+
+    def compacted(self, refs: array) -> tuple["Arena", array]:
+        """A copy of the strings `refs` names, back to back with no free space, and the
+        references into it in the same order (0 stays 0). Each string must be named once."""
+        new, out = Arena(self.grain), array(refs.typecode, refs)
+        append, data = new.append, self.data
+        for i in itertools.compress(range(len(refs)), refs):
+            ref = refs[i]
+            off = ref >> LEN_BITS
+            out[i] = append(data[off:off + (ref & _LEN_MASK)])
+        return new, out
 
     def free_lists(self) -> dict[int, bytes]:
         """The free lists in a marshal-friendly form (for the namespace image)."""

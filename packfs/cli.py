@@ -202,6 +202,9 @@ def format_stats(s: dict) -> str:
         f"live / dead    {_size(s['live_bytes']):>12} / {_size(s['dead_bytes'])}   "
         f"(disk holds {_size(s['disk_allocated_bytes'])}, punched {_size(s['punched_bytes'])})",
         f"daemon RSS     {_size(s['rss_bytes']):>12}   ({s['rss_per_file']:.0f} B per file)",
+        f"arenas         {_size(s['arena_bytes']['names']):>12}   of names "
+        f"({_size(s['arena_free_bytes']['names'])} free); {_size(s['arena_bytes']['xattrs'])} of xattrs "
+        f"({_size(s['arena_free_bytes']['xattrs'])} free)",
         f"mount load     {s['load_seconds']:>10.2f} s   inode table from the {s['loaded_from']}; "
         f"recovery replayed {s['recovery']['replayed']:,} commits in {s['recovery']['seconds']:.2f} s",
         f"commits        {s['commits']:>12,}   device flushes {s['device_flushes']:,}, "

@@ -199,7 +199,8 @@ class Filesystem:
         return self.disk.statvfs(self.pack.path)
 
     def stats(self) -> dict:
-        dirs, files, size = self.ns.table.usage()
+        t = self.ns.table
+        dirs, files, size = t.usage()
         v = self.volumes
         dead = self.ns.frees + self.journal.pending_metas
         allocated = sum(self.disk.allocated_bytes(v.fd(n)) for n in v.existing())
@@ -216,7 +217,9 @@ class Filesystem:
             "checkpoints": self.journal.checkpoints,
             "last_checkpoint_seconds": round(self.journal.last_checkpoint_seconds, 3),
             "dirty_bytes": self.wb.dirty_bytes,
-            "xattr_values_in_memory": len(self.ns.table.xattrs),  # others are read from the catalog
+            "xattr_values_in_memory": self.ns.table.xattrs_in_memory(),  # others are read from the catalog
+            "arena_bytes": {"names": len(t.names.data), "xattrs": len(t.xblobs.data)},
+            "arena_free_bytes": {"names": t.names.wasted(), "xattrs": t.xblobs.wasted()},
             "rss_bytes": rss, "rss_per_file": rss / max(1, files),
             "loaded_from": self.pack.loaded_from, "load_seconds": round(self.pack.load_seconds, 3),
             "recovery": {"replayed": self.pack.recovery.replayed, "orphans": self.pack.recovery.orphans,

@@ -98,14 +98,27 @@ def _top(table: InodeTable) -> int:
 
 def _sections(table: InodeTable, slots: int) -> Iterator[bytes | memoryview]:
     """The payloads, one at a time (the largest is built only when its turn comes)."""
+    names, kname = _compact(table.names, table.kname[:slots])
+    xblobs, xat = _compact(table.xblobs, table.xat[:slots])
+    columns = {"kname": kname, "xat": xat}
     for name in COLUMNS:
-        yield memoryview(getattr(table, name)).cast("B")[:slots * getattr(table, name).itemsize]
+        yield memoryview(columns.get(name, getattr(table, name))).cast("B")[:slots * getattr(table, name).itemsize]
     yield memoryview(table.xcat)[:slots]
-    yield memoryview(table.names.data)
+    yield memoryview(names.data)
     # One marshal call for the dicts' names: the short names shared between them stay shared.
-    yield marshal.dumps((inodes.shared_names(), table.names.free_lists(), table.dirs), _MARSHAL_VERSION)
+    yield marshal.dumps((inodes.shared_names(), names.free_lists(), table.dirs), _MARSHAL_VERSION)
     yield marshal.dumps((table.rdev, table.target, table.extents), _MARSHAL_VERSION)
-    yield marshal.dumps(table.xattrs, _MARSHAL_VERSION)
+    yield memoryview(xblobs.data)
+    yield marshal.dumps(xblobs.free_lists(), _MARSHAL_VERSION)
+
+
+def _compact(arena: Arena, refs: array) -> tuple[Arena, array]:
+    """An arena to save, and its references: compacted if more than an eighth of it is
+    free space (a replay stores xattrs plain and frees them once compressed; deletes free
+    names), so that the next mount starts without it."""
+    if arena.wasted() > len(arena.data) // 8:
+        return arena.compacted(refs)
+    return arena, refs
 
 
 def load(packdir: str, token: int, stamp: Stamp, keep_xattrs: bool) -> InodeTable:
@@ -161,12 +174,10 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
     table.xcat = bytearray(r.section(slots))
     names = r.section()
     shared, free, table.dirs = r.unmarshal((list, dict, dict))
-    try:
-        table.names = Arena.restore(table.names.grain, names, free)
-    except (ValueError, TypeError) as e:
-        raise ImageError(f"its names do not decode: {e}") from None
+    table.names = _arena(table.names.grain, names, free)
     table.rdev, table.target, table.extents = r.unmarshal((dict, dict, dict))
-    (table.xattrs,) = r.unmarshal((dict,))
+    blobs = r.section()
+    table.xblobs = _arena(table.xblobs.grain, blobs, *r.unmarshal((dict,)))
     if live != slots - table.mode.count(0):
         raise ImageError("its columns do not agree with its header")
     if r.pos != len(r.view):
@@ -174,6 +185,13 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
     inodes.share_names(shared)
     table.live = live
     return table
+
+
+def _arena(grain: int, data: memoryview, free: dict) -> Arena:
+    try:
+        return Arena.restore(grain, data, free)
+    except (ValueError, TypeError) as e:
+        raise ImageError(f"an arena does not decode: {e}") from None
 
 
 def take(packdir: str, token: int | None, stamp: Stamp, keep_xattrs: bool) -> InodeTable | None:

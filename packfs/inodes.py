@@ -24,7 +24,7 @@ from array import array
 from typing import Any, Callable, Iterable, Iterator
 
 from . import extents as ext
-from .arena import Arena
+from .arena import MAX_LEN, Arena
 
 ROOT = 1
 
@@ -59,6 +59,7 @@ _XZ_DICT = (b"\x13\x00\x00\x00\x00\x00user.swift.metadata\x80\x02}q\x00(X\x04\x0
             b"Content-Lengthq\x09X\x04\x00\x00\x004096X\x14\x00\x00\x00X-Object-Meta-X-Object-Sysmeta-"
             b"X-Backend-Durable-TimestampX-Static-Large-Objectu.\x00user.swift.metadata_checksum/AUTH_")
 XATTR_COMPRESS_MIN = 128
+XATTRS_MAX = MAX_LEN  # all of one inode's xattrs, packed plain: they are one arena string
 
 
 def pack_xattrs(xattrs: dict[bytes, bytes] | None, compress: bool = True) -> bytes | None:
@@ -66,6 +67,11 @@ def pack_xattrs(xattrs: dict[bytes, bytes] | None, compress: bool = True) -> byt
         return None
     blob = b"".join([_XHEAD.pack(len(k), len(v)) + k + v for k, v in xattrs.items()])
     return _compressed(blob) if compress else blob
+
+
+def packed_size(xattrs: dict[bytes, bytes]) -> int:
+    """The plain packed size of a set of xattrs (at most XATTRS_MAX)."""
+    return sum(_XHEAD.size + len(k) + len(v) for k, v in xattrs.items())
 
 
 def _compressible(blob: bytes) -> bool:
@@ -141,11 +147,11 @@ def _dict_key(name: bytes) -> bytes:
     return _shared_name(name) if len(name) <= SHORT_NAME_MAX else name
 
 
-_ABSENT = object()
 _FETCHED_MAX = 256
+XATTR_GRAIN = 16  # xattr blobs take arena space in steps of this many bytes
 
 U32_COLUMNS = ("mode", "uid", "gid", "nlink", "rlen")
-I64_COLUMNS = ("size", "atime", "mtime", "ctime", "parent", "kid", "kname", "rec", "lookups")
+I64_COLUMNS = ("size", "atime", "mtime", "ctime", "parent", "kid", "kname", "xat", "rec", "lookups")
 RUNTIME_COLUMNS = ("lookups",)  # what only a running mount has: never saved
 _IFMT = 0o170000  # the file type bits of a mode
 _REC_OFFSET_BITS = 40  # rec = volume << 40 | record offset / 4 KiB
@@ -186,11 +192,13 @@ class InodeTable:
         self.dirs: dict[int, dict[bytes, int]] = {}
         self.rdev: dict[int, int] = {}
         self.target: dict[int, bytes] = {}
-        # Packed xattrs: all of them while keep_xattrs, else only those the catalog does not
-        # hold yet (None: none, whatever the catalog has).
+        # Packed xattrs in an arena (`xat` is the reference, 0 for none): all of them while
+        # keep_xattrs, else only those the catalog does not hold yet. An inode with neither
+        # a reference nor `xcat` has none, whatever the catalog has.
         self.keep_xattrs = True
-        self.xattrs: dict[int, bytes | None] = {}
-        self.xcat = bytearray()  # 1 where the catalog holds the inode's xattrs (and xattrs has no entry)
+        self.xat = array("q")
+        self.xblobs = Arena(XATTR_GRAIN)
+        self.xcat = bytearray()  # 1 where the catalog holds the inode's xattrs (and `xat` is 0)
         self.fetch_xattrs: Callable[[int], bytes | None] = lambda ino: None  # from the catalog
         self._fetched: dict[int, bytes] = {}  # the last few values fetched (a GET reads them ~5 times)
         self._uncompressed: set[int] = set()  # set by setxattr since the last compress_xattrs
@@ -269,7 +277,7 @@ class InodeTable:
         self.nlink[ino] = 2 if stat.S_ISDIR(mode) else 1
         self.size[ino] = self.parent[ino] = 0
         self.atime[ino] = self.mtime[ino] = self.ctime[ino] = now
-        self.xcat[ino] = self.rec[ino] = 0
+        self.xcat[ino] = self.xat[ino] = self.rec[ino] = 0
         self.live += 1
 
     def load(self, row: InodeRow) -> None:
@@ -296,17 +304,17 @@ class InodeTable:
         mode, uid, gid, nlink = self.mode, self.uid, self.gid, self.nlink
         size, atime, mtime, ctime, parent = self.size, self.atime, self.mtime, self.ctime, self.parent
         rdevs, targets, extents, xcat, rec, rlen = self.rdev, self.target, self.extents, self.xcat, self.rec, self.rlen
-        xattrs = self.xattrs if self.keep_xattrs else None
+        xat, append = self.xat, (self.xblobs.append if self.keep_xattrs and not self.xblobs.free else None)
         one, unpack = _EXTENT.size, _EXTENT.unpack
         n = 0
         for ino, mode[ino], uid[ino], gid[ino], nlink[ino], size[ino], atime[ino], mtime[ino], ctime[ino], \
                 rdev, target, x, e, parent[ino] in rows:
             n += 1
             if x:
-                if xattrs is None:
+                if append is None:
                     xcat[ino] = 1
                 else:
-                    xattrs[ino] = x
+                    xat[ino] = append(x)
             if e:
                 if len(e) == one:
                     only = unpack(e)
@@ -352,8 +360,9 @@ class InodeTable:
         if not self.exists(ino):
             return
         self._clear_entries(ino)
-        self.mode[ino] = self.xcat[ino] = self.rec[ino] = self.lookups[ino] = 0
-        for sparse in (self.rdev, self.target, self.xattrs, self._fetched, self.extents, self.opens, self.wbuf):
+        self.xblobs.release(self.xat[ino])
+        self.mode[ino] = self.xcat[ino] = self.xat[ino] = self.rec[ino] = self.lookups[ino] = 0
+        for sparse in (self.rdev, self.target, self._fetched, self.extents, self.opens, self.wbuf):
             sparse.pop(ino, None)
         self.free.append(ino)
         self.live -= 1
@@ -395,9 +404,9 @@ class InodeTable:
     def packed_xattrs(self, ino: int) -> bytes | None:
         """An inode's xattrs, packed: from memory if changed since the last checkpoint, else
         from the catalog (through its own read connection: WAL readers never wait)."""
-        x = self.xattrs.get(ino, _ABSENT)
-        if x is not _ABSENT:
-            return x  # type: ignore[return-value]
+        ref = self.xat[ino]
+        if ref:
+            return self.xblobs.get(ref)
         if not self.xcat[ino]:
             return None
         x = self._fetched.get(ino)
@@ -408,13 +417,16 @@ class InodeTable:
             self._fetched[ino] = x  # type: ignore[assignment]
         return x  # type: ignore[return-value]
 
+    def xattrs_in_memory(self) -> int:
+        """How many inodes have their xattr values in memory."""
+        return len(self.xat) - self.xat.count(0)
+
     def set_xattrs(self, ino: int, packed: bytes | None) -> None:
         """An inode's new xattrs, held in memory (until a checkpoint writes them, unless keep_xattrs)."""
-        if packed or not self.keep_xattrs:
-            self.xattrs[ino] = packed or None  # None hides what the catalog may hold
-        else:
-            self.xattrs.pop(ino, None)  # all are in memory: absent means none
-        self.xcat[ino] = 0
+        old = self.xat[ino]
+        self.xat[ino] = self.xblobs.put(packed) if packed else 0
+        self.xblobs.release(old)
+        self.xcat[ino] = 0  # (no value hides whatever the catalog holds)
         self._fetched.pop(ino, None)
         if packed and _compressible(packed):
             self._uncompressed.add(ino)
@@ -426,25 +438,30 @@ class InodeTable:
         (after decompressing for the second) took ~60 us of the request's own time.
         The journal compresses them in the background, while a commit's flush runs.
         """
-        pending, xattrs = self._uncompressed, self.xattrs
+        pending, xat, blobs = self._uncompressed, self.xat, self.xblobs
         for _ in range(min(limit, len(pending))):
             ino = pending.pop()
-            x = xattrs.get(ino)
-            if x:
-                xattrs[ino] = _compressed(x)
+            ref = xat[ino]
+            if ref:
+                x = blobs.get(ref)
+                packed = _compressed(x)
+                if packed is not x:
+                    xat[ino] = blobs.put(packed)
+                    blobs.release(ref)
         return bool(pending)
 
     def checkpointed(self, rows: Iterable[InodeRow]) -> None:
         """The catalog now holds these rows: forget the xattrs that have not changed since
-        they were taken (the very same object), to read them from the catalog from now on."""
+        they were taken (the same bytes), to read them from the catalog from now on."""
         if self.keep_xattrs:
             return
-        xattrs, xcat = self.xattrs, self.xcat
+        xat, xcat, blobs = self.xat, self.xcat, self.xblobs
         for row in rows:
             ino, x = row[0], row[11]
-            if xattrs.get(ino, _ABSENT) is x:
-                del xattrs[ino]
-                xcat[ino] = x is not None
+            ref = xat[ino]
+            if ref and x is not None and blobs.equals(ref, x):
+                blobs.release(ref)
+                xat[ino], xcat[ino] = 0, 1
 
     @staticmethod
     def _set_sparse(d: dict, ino: int, value: Any) -> None:

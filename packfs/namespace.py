@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Iterator
 
 from . import extents as ext
 from .errors import FsError, enoent
-from .inodes import ROOT, Inode, InodeRow, InodeTable
+from .inodes import ROOT, XATTRS_MAX, Inode, InodeRow, InodeTable, packed_size
 
 NAME_MAX = 255
 XATTR_SIZE_MAX = 65536
@@ -382,6 +382,8 @@ class Namespace:
         node = self.get(ino)
         x = node.xattrs or {}
         x[name] = bytes(value)
+        if packed_size(x) > XATTRS_MAX:
+            raise FsError(errno.ENOSPC)  # as XFS and ext4 say when an inode's xattr space is full
         node.xattrs = x
         node.ctime = time.time_ns()
         self._touch(node)

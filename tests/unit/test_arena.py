@@ -49,3 +49,19 @@ def test_restore_refuses_free_space_outside_the_arena():
     a.put(b"abc")
     with pytest.raises(ValueError):
         Arena.restore(1, bytes(a.data), {3: (100).to_bytes(8, "little")})
+
+
+def test_compacted_copy_drops_the_free_space_and_keeps_every_string():
+    from array import array
+    a = Arena(grain=16)
+    refs = array("q", [0] * 6)
+    bigs = []
+    for i in range(1, 6):
+        bigs.append(a.put(b"plain %d " % i * 30))
+        refs[i] = a.put(b"small %d" % i)
+    for big in bigs:
+        a.release(big)
+    assert a.wasted() == 5 * 240
+    b, moved = a.compacted(refs)
+    assert moved[0] == 0 and b.wasted() == 0 and len(b.data) == 5 * 16
+    assert [b.get(r) for r in moved[1:]] == [a.get(r) for r in refs[1:]]

@@ -306,3 +306,36 @@ def test_large_xattrs_are_stored_compressed_and_read_back_exactly(ns):
     assert len(short) < XATTR_COMPRESS_MIN and unpack_xattrs(short) == {b"user.a": b"b"}
     ns.removexattr(f.ino, b"user.swift.metadata")  # editing a compressed blob
     assert ns.listxattr(f.ino) == [b"user.small"] and ns.getxattr(f.ino, b"user.small") == b"v"
+
+
+def test_xattr_arena_space_is_reused_as_swift_rewrites_metadata(ns):
+    """Each setxattr and each background compression frees the blob it replaces; the next
+    blob of that size class takes its place, so rewriting metadata barely grows the arena."""
+    files = [ns.create(ROOT, b"f%d" % i, REG, 0, 0) for i in range(20)]
+    for rnd in range(50):
+        for f in files:
+            meta = b"{'X-Timestamp': '17638%05d.12345', 'ETag': '%032x'}" % (rnd, f.ino) * 4
+            ns.setxattr(f.ino, b"user.swift.metadata", meta)
+            ns.setxattr(f.ino, b"user.swift.metadata_checksum", b"%032x" % rnd)
+        ns.table.compress_xattrs()
+        if rnd == 1:
+            size = len(ns.table.xblobs.data)
+    # Compressed sizes vary a little from round to round, so a new size class sometimes
+    # takes fresh space; without reuse the arena would be some 25 times bigger by now.
+    assert len(ns.table.xblobs.data) < 1.25 * size
+    assert ns.getxattr(files[7].ino, b"user.swift.metadata_checksum") == b"%032x" % 49
+    ns.release(ns.unlink(ROOT, b"f7"))
+    live = [ns.table.packed_xattrs(f.ino) for f in files if f.ino != files[7].ino]
+    assert ns.table.xblobs.used == sum(-(-len(x) // 16) * 16 for x in live)
+
+
+def test_one_inodes_xattrs_are_limited_in_all(ns, monkeypatch):
+    monkeypatch.setattr("packfs.namespace.XATTRS_MAX", 300_000)
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    for i in range(4):
+        ns.setxattr(f.ino, b"user.%d" % i, bytes(65536))
+    with pytest.raises(FsError) as e:
+        for i in range(4, 8):
+            ns.setxattr(f.ino, b"user.%d" % i, bytes(65536))
+    assert e.value.errno == errno.ENOSPC and i == 4
+    assert len(ns.listxattr(f.ino)) == 4 and ns.getxattr(f.ino, b"user.3") == bytes(65536)
