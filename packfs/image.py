@@ -31,6 +31,7 @@ from typing import Iterator
 
 from . import inodes
 from .arena import Arena
+from .dirents import PackedEntries
 from .inodes import InodeTable
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ _SECTION = struct.Struct("<QI")  # payload length, CRC-32 of the payload
 _KEEP_XATTRS = 1  # flag: every xattr value is in the image (xattrs_in_memory)
 _MARSHAL_VERSION = 4
 # The saved columns, in file order; the lookup counts belong to a running mount only.
-COLUMNS = tuple(c for c in (*inodes.U32_COLUMNS, *inodes.I64_COLUMNS) if c not in inodes.RUNTIME_COLUMNS)
+COLUMNS = tuple(c for c in inodes.COLUMNS if c not in inodes.RUNTIME_COLUMNS)
 
 
 # The catalog's checkpoint position and next_ino when the image was taken: a catalog
@@ -105,8 +106,9 @@ def _sections(table: InodeTable, slots: int) -> Iterator[bytes | memoryview]:
         yield memoryview(columns.get(name, getattr(table, name))).cast("B")[:slots * getattr(table, name).itemsize]
     yield memoryview(table.xcat)[:slots]
     yield memoryview(names.data)
-    # One marshal call for the dicts' names: the short names shared between them stay shared.
-    yield marshal.dumps((inodes.shared_names(), names.free_lists(), table.dirs), _MARSHAL_VERSION)
+    packed = {d: e.dump() for d, e in table.dirs.items() if type(e) is PackedEntries}
+    dicts = {d: e for d, e in table.dirs.items() if type(e) is dict}
+    yield marshal.dumps((names.free_lists(), packed, dicts), _MARSHAL_VERSION)
     yield marshal.dumps((table.rdev, table.target, table.extents), _MARSHAL_VERSION)
     yield memoryview(xblobs.data)
     yield marshal.dumps(xblobs.free_lists(), _MARSHAL_VERSION)
@@ -173,8 +175,12 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
         setattr(table, name, array(getattr(table, name).typecode, bytes(slots * getattr(table, name).itemsize)))
     table.xcat = bytearray(r.section(slots))
     names = r.section()
-    shared, free, table.dirs = r.unmarshal((list, dict, dict))
+    free, packed, table.dirs = r.unmarshal((dict, dict, dict))
     table.names = _arena(table.names.grain, names, free)
+    try:
+        table.dirs.update((d, PackedEntries.restore(e)) for d, e in packed.items())
+    except (ValueError, TypeError) as e:
+        raise ImageError(f"its directory entries do not decode: {e}") from None
     table.rdev, table.target, table.extents = r.unmarshal((dict, dict, dict))
     blobs = r.section()
     table.xblobs = _arena(table.xblobs.grain, blobs, *r.unmarshal((dict,)))
@@ -182,7 +188,6 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
         raise ImageError("its columns do not agree with its header")
     if r.pos != len(r.view):
         raise ImageError("it has data after its last section")
-    inodes.share_names(shared)
     table.live = live
     return table
 

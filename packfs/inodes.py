@@ -3,7 +3,7 @@
 A Swift object is three inodes (suffix directory, hash directory, .data file), and a
 million objects are three million inodes. As Python objects they cost about 600 B each
 (the object, its boxed integers, a dict slot); as a slot in these columns they cost
-72 B. Rare or variable-sized fields (device numbers, symlink targets, extent maps,
+87 B, names and xattr values in arenas apart. Rare or variable-sized fields (device numbers, symlink targets, extent maps,
 entries of directories with several names) live in dicts keyed by inode number.
 Xattr values are kept in memory too, unless `keep_xattrs` is off: then they stay in the
 catalog once a checkpoint has written them (see packed_xattrs), which saves Swift's
@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from . import extents as ext
 from .arena import MAX_LEN, Arena
+from .dirents import PACKED_MAX, PackedEntries
 
 ROOT = 1
 
@@ -113,46 +114,16 @@ def unpack_xattrs(blob: bytes | None) -> dict[bytes, bytes] | None:
     return {name: blob[a:b] for name, a, b in _iter_xattrs(blob)}
 
 
-# Names this short are shared as keys of directories' dicts, one object per distinct
-# name: Swift's three-hex-digit suffix directories repeat in every partition directory.
-SHORT_NAME_MAX = 4
-_SHORT_NAMES_MAX = 1 << 16  # beyond this many distinct short names, stop sharing
-_short_names: dict[bytes, bytes] = {}
-
-
-def shared_names() -> list[bytes]:
-    """The short names shared so far (the namespace image keeps their sharing)."""
-    return list(_short_names.values())
-
-
-def share_names(names: Iterable[bytes]) -> None:
-    """Share these name objects from now on (read back from a namespace image)."""
-    for name in names:
-        if len(_short_names) >= _SHORT_NAMES_MAX:
-            return
-        _short_names.setdefault(name, name)
-
-
-def _shared_name(name: bytes) -> bytes:
-    shared = _short_names.get(name)
-    if shared is None:
-        if len(_short_names) >= _SHORT_NAMES_MAX:
-            return name
-        shared = _short_names[name] = name
-    return shared
-
-
-def _dict_key(name: bytes) -> bytes:
-    """A name as a key of a directory's dict: shared if short."""
-    return _shared_name(name) if len(name) <= SHORT_NAME_MAX else name
-
-
 _FETCHED_MAX = 256
 XATTR_GRAIN = 16  # xattr blobs take arena space in steps of this many bytes
 
-U32_COLUMNS = ("mode", "uid", "gid", "nlink", "rlen")
-I64_COLUMNS = ("size", "atime", "mtime", "ctime", "parent", "kid", "kname", "xat", "rec", "lookups")
+# Each column's array typecode. Inode numbers (parent, kid) are below INO_MAX, so u32;
+# a mode fits u16. A slot is 86 B, and a byte of `xcat`.
+COLUMNS = {"mode": "H", "uid": "I", "gid": "I", "nlink": "I", "rlen": "I", "parent": "I", "kid": "I",
+           "lookups": "I", "size": "q", "atime": "q", "mtime": "q", "ctime": "q", "kname": "q",
+           "xat": "q", "rec": "q"}
 RUNTIME_COLUMNS = ("lookups",)  # what only a running mount has: never saved
+INO_MAX = 1 << 32  # inode numbers stay below this (numbers are reused, so it bounds live inodes)
 _IFMT = 0o170000  # the file type bits of a mode
 _REC_OFFSET_BITS = 40  # rec = volume << 40 | record offset / 4 KiB
 
@@ -169,34 +140,35 @@ def _rec(e: ext.Extent) -> int:
 class InodeTable:
     """The columns, and the directory entries.
 
-    A slot is free when its mode is 0. A directory's entries are kept in one of two
+    A slot is free when its mode is 0. A directory's entries are kept in one of three
     forms: most of Swift's suffix and hash directories hold one name, stored in the
-    directory's own slot (`kid` is the child, `kname` its name); a directory with two
-    or more names has a dict in `dirs` instead (`kid` is then 0). A `kname` is a
-    reference into the `names` arena, not a bytes object: 8 B and the name's own bytes.
+    directory's own slot (`kid` is the child, `kname` its name, a reference into the
+    `names` arena); a directory with two or more names has an entry in `dirs` instead
+    (`kid` is then 0): packed (dirents.PackedEntries: Swift's partition directories),
+    or a dict once its names pass dirents.PACKED_MAX bytes.
     """
 
     def __init__(self) -> None:
-        self.mode = array("I")
-        self.uid = array("I")
-        self.gid = array("I")
-        self.nlink = array("I")
-        self.size = array("q")
-        self.atime = array("q")
-        self.mtime = array("q")
-        self.ctime = array("q")
-        self.parent = array("q")
-        self.kid = array("q")
-        self.kname = array("q")
+        self.mode = array(COLUMNS["mode"])
+        self.uid = array(COLUMNS["uid"])
+        self.gid = array(COLUMNS["gid"])
+        self.nlink = array(COLUMNS["nlink"])
+        self.size = array(COLUMNS["size"])
+        self.atime = array(COLUMNS["atime"])
+        self.mtime = array(COLUMNS["mtime"])
+        self.ctime = array(COLUMNS["ctime"])
+        self.parent = array(COLUMNS["parent"])
+        self.kid = array(COLUMNS["kid"])
+        self.kname = array(COLUMNS["kname"])
         self.names = Arena()
-        self.dirs: dict[int, dict[bytes, int]] = {}
+        self.dirs: dict[int, PackedEntries | dict[bytes, int]] = {}
         self.rdev: dict[int, int] = {}
         self.target: dict[int, bytes] = {}
         # Packed xattrs in an arena (`xat` is the reference, 0 for none): all of them while
         # keep_xattrs, else only those the catalog does not hold yet. An inode with neither
         # a reference nor `xcat` has none, whatever the catalog has.
         self.keep_xattrs = True
-        self.xat = array("q")
+        self.xat = array(COLUMNS["xat"])
         self.xblobs = Arena(XATTR_GRAIN)
         self.xcat = bytearray()  # 1 where the catalog holds the inode's xattrs (and `xat` is 0)
         self.fetch_xattrs: Callable[[int], bytes | None] = lambda ino: None  # from the catalog
@@ -206,13 +178,13 @@ class InodeTable:
         # record (most Swift objects smaller than disk_chunk_size) has it in the `rec` and
         # `rlen` columns instead (12 B, not ~120); others have it here, packed up to
         # PACKED_EXTENTS_MAX extents, a list beyond (cheap to edit in place).
-        self.rec = array("q")
-        self.rlen = array("I")
+        self.rec = array(COLUMNS["rec"])
+        self.rlen = array(COLUMNS["rlen"])
         self.extents: dict[int, bytes | list[ext.Extent]] = {}
         # What only a running mount has: the kernel's references (FUSE lookup counts: a
         # column, because a walk makes the kernel hold every inode), open handles and
         # write buffers (dicts: few inodes have them).
-        self.lookups = array("q")
+        self.lookups = array(COLUMNS["lookups"])
         self.opens: dict[int, int] = {}
         self.wbuf: dict[int, Any] = {}
         self.free = array("q")  # free slots below the highest ever used, reused last first
@@ -228,10 +200,9 @@ class InodeTable:
         if slots <= have:
             return
         more = max(slots, have + have // 4 + 1024) - have
-        for name in U32_COLUMNS:
-            getattr(self, name).frombytes(bytes(4 * more))
-        for name in I64_COLUMNS:
-            getattr(self, name).frombytes(bytes(8 * more))
+        for name in COLUMNS:
+            column = getattr(self, name)
+            column.frombytes(bytes(column.itemsize * more))
         self.xcat.extend(bytes(more))
 
     def exists(self, ino: int) -> bool:
@@ -336,12 +307,18 @@ class InodeTable:
         for parent, name, ino in dirents:
             big = dirs.get(parent)
             if big is not None:
-                # set_child, inlined for the directories with many names
-                big[_dict_key(name)] = ino
+                # set_child, inlined for the directories with many names (whose names are unique)
+                if type(big) is dict:
+                    big[name] = ino
+                else:
+                    big.append(name, ino)
             elif kid[parent]:
                 set_child(parent, name, ino)
             else:
                 kid[parent], kname[parent] = ino, put(name)
+        for d, big in list(dirs.items()):
+            if type(big) is PackedEntries and big.nbytes() > PACKED_MAX:
+                dirs[d] = dict(big.items())
 
     def stat(self, ino: int) -> tuple[int, int, int, int, int, int, int, int, int]:
         """(mode, nlink, uid, gid, rdev, size, atime, mtime, ctime): what getattr answers, in one call."""
@@ -492,7 +469,9 @@ class InodeTable:
     def set_child(self, d: int, name: bytes, ino: int) -> None:
         big = self.dirs.get(d)
         if big is not None:
-            big[_dict_key(name)] = ino
+            big[name] = ino
+            if type(big) is PackedEntries and big.nbytes() > PACKED_MAX:
+                self.dirs[d] = dict(big.items())
             return
         k = self.kid[d]
         if not k:
@@ -500,7 +479,7 @@ class InodeTable:
         elif self.names.equals(self.kname[d], name):
             self.kid[d] = ino
         else:
-            self.dirs[d] = {_dict_key(self.names.get(self.kname[d])): k, _dict_key(name): ino}
+            self.dirs[d] = PackedEntries(((self.names.get(self.kname[d]), k), (name, ino)))
             self._clear_single(d)
 
     def del_child(self, d: int, name: bytes) -> None:

@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Iterator
 
 from . import extents as ext
 from .errors import FsError, enoent
-from .inodes import ROOT, XATTRS_MAX, Inode, InodeRow, InodeTable, packed_size
+from .inodes import INO_MAX, ROOT, XATTRS_MAX, Inode, InodeRow, InodeTable, packed_size
 
 NAME_MAX = 255
 XATTR_SIZE_MAX = 65536
@@ -196,6 +196,8 @@ class Namespace:
             ino = free.pop()
             if not exists(ino):
                 return ino
+        if self.next_ino >= INO_MAX:
+            raise FsError(errno.ENOSPC)  # every inode number is in use
         self.next_ino += 1
         return self.next_ino - 1
 

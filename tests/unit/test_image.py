@@ -12,6 +12,7 @@ from test_recovery import (COMMITTED, Filesystem, lookup_path, make_committed, o
 
 from packfs import image
 from packfs.catalog import Catalog
+from packfs.dirents import PACKED_MAX, PackedEntries
 from packfs.namespace import ROOT, Namespace
 from packfs.recovery import load_namespace
 
@@ -55,18 +56,27 @@ def test_image_loads_what_the_catalog_loads(tmp_path, cat, in_memory):
         assert a.ino == b.ino < ns.next_ino
 
 
-def test_short_names_stay_shared(tmp_path, cat):
-    """The short names keying directories' dicts (Swift's suffixes in each partition) are
-    one object per distinct name after an image load too."""
+def test_packed_and_dict_directories_come_back(tmp_path, cat):
+    """A partition-like directory (packed entries) and one past PACKED_MAX names (a dict)
+    load from the image as they were."""
     ns = Namespace.fresh(0, 0)
-    for part in (b"1", b"2"):
-        p = ns.create(ROOT, part, DIR, 0, 0)
-        for suffix in (b"abc", b"abd"):
-            ns.create(p.ino, suffix, DIR, 0, 0)
+    part = ns.create(ROOT, b"1023", DIR, 0, 0)
+    suffixes = [b"%03x" % i for i in range(300)]
+    for suffix in suffixes:
+        ns.create(part.ino, suffix, DIR, 0, 0)
+    flat = ns.create(ROOT, b"flat", DIR, 0, 0)
+    hashes = [b"%032x" % i for i in range(PACKED_MAX // 32)]
+    for h in hashes:
+        ns.create(flat.ino, h, DIR, 0, 0)
+    assert type(ns.table.dirs[part.ino]) is PackedEntries and type(ns.table.dirs[flat.ino]) is dict
     saved(tmp_path, cat, ns)
     loaded = load_namespace(cat, True, image.take(str(tmp_path), cat.image_token, cat.stamp, True))
-    a, b = (sorted(loaded.lookup(ROOT, part).children())[0][0] for part in (b"1", b"2"))
-    assert a == b"abc" and a is b
+    t = loaded.table
+    assert type(t.dirs[part.ino]) is PackedEntries and type(t.dirs[flat.ino]) is dict
+    assert sorted(t.children(part.ino)) == sorted(ns.table.children(part.ino))
+    assert sorted(t.children(flat.ino)) == sorted(ns.table.children(flat.ino))
+    assert loaded.lookup(part.ino, b"12b").ino == ns.lookup(part.ino, b"12b").ino
+    assert loaded.lookup(flat.ino, hashes[-1]).ino == ns.lookup(flat.ino, hashes[-1]).ino
 
 
 def test_one_name_entries_come_back_from_the_arena(tmp_path, cat):

@@ -6,6 +6,7 @@ import stat
 
 import pytest
 
+from packfs.dirents import PACKED_MAX, PackedEntries
 from packfs.errors import FsError
 from packfs.namespace import RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT, Namespace
 
@@ -260,7 +261,8 @@ def test_release_frees_all_records(ns):
 
 
 def test_directory_entries_change_form_and_keep_every_name(ns):
-    """A directory holds no name, one name in its own slot, or a dict; every form answers the same."""
+    """A directory holds no name, one name in its own slot, packed names, or a dict past
+    PACKED_MAX bytes of names; every form answers the same."""
     t = ns.table
     d = ns.create(ROOT, b"d", DIR, 0, 0)
     assert (t.kid[d.ino], d.ino in t.dirs) == (0, False) and ns.listdir(d.ino) == [] and not d.has_children()
@@ -269,8 +271,15 @@ def test_directory_entries_change_form_and_keep_every_name(ns):
     assert ns.lookup(d.ino, b"a") == a and ns.lookup(d.ino, b"b") is None
     assert err(ns.create, d.ino, b"a", REG, 0, 0) == errno.EEXIST
     b = ns.create(d.ino, b"b", REG, 0, 0)
-    assert t.kid[d.ino] == 0 and t.dirs[d.ino] == {b"a": a.ino, b"b": b.ino}
+    assert t.kid[d.ino] == 0 and t.dirs[d.ino].items() == [(b"a", a.ino), (b"b", b.ino)]
+    assert type(t.dirs[d.ino]) is PackedEntries
     assert sorted(ns.listdir(d.ino)) == [(b"a", a.ino), (b"b", b.ino)]
+    many = [ns.create(d.ino, b"%032x" % i, REG, 0, 0) for i in range(PACKED_MAX // 33 + 1)]
+    assert type(t.dirs[d.ino]) is dict and len(ns.listdir(d.ino)) == len(many) + 2  # past PACKED_MAX
+    assert ns.lookup(d.ino, b"%032x" % 5) == many[5] and ns.lookup(d.ino, b"b") == b
+    for i in range(len(many)):
+        ns.unlink(d.ino, b"%032x" % i)
+    assert type(t.dirs[d.ino]) is dict and sorted(ns.listdir(d.ino)) == [(b"a", a.ino), (b"b", b.ino)]
     ns.rename(d.ino, b"b", d.ino, b"a")  # replaces a: one name left
     assert (t.kid[d.ino], t.names.get(t.kname[d.ino]), d.ino in t.dirs) == (b.ino, b"a", False)
     assert ns.lookup(d.ino, b"a") == b
@@ -339,3 +348,11 @@ def test_one_inodes_xattrs_are_limited_in_all(ns, monkeypatch):
             ns.setxattr(f.ino, b"user.%d" % i, bytes(65536))
     assert e.value.errno == errno.ENOSPC and i == 4
     assert len(ns.listxattr(f.ino)) == 4 and ns.getxattr(f.ino, b"user.3") == bytes(65536)
+
+
+def test_inode_numbers_stay_below_the_columns_limit(ns):
+    from packfs.inodes import INO_MAX
+    ns.next_ino = INO_MAX  # every number below is taken (none is free to reuse)
+    with pytest.raises(FsError) as e:
+        ns.create(ROOT, b"one-too-many", REG, 0, 0)
+    assert e.value.errno == errno.ENOSPC and ns.lookup(ROOT, b"one-too-many") is None
