@@ -3,7 +3,8 @@
 A Swift object is three inodes (suffix directory, hash directory, .data file), and a
 million objects are three million inodes. As Python objects they cost about 600 B each
 (the object, its boxed integers, a dict slot); as a slot in these columns they cost
-87 B, names and xattr values in arenas apart. Rare or variable-sized fields (device numbers, symlink targets, extent maps,
+87 B. Names and xattr values are strings in arenas (arena.py), referred to from
+columns. Rare or variable-sized fields (device numbers, symlink targets, extent maps,
 entries of directories with several names) live in dicts keyed by inode number.
 Xattr values are kept in memory too, unless `keep_xattrs` is off: then they stay in the
 catalog once a checkpoint has written them (see packed_xattrs), which saves Swift's

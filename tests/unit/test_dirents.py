@@ -33,3 +33,13 @@ def test_empty_and_restored():
     assert g.items() == f.items() and g.get(b"yy") == 2
     with pytest.raises(ValueError):
         PackedEntries.restore((b"/x/yy/", (1).to_bytes(4, "little")))  # two names, one number
+
+
+def test_names_of_one_length_are_indexed_by_offset_until_another_length_comes():
+    e = PackedEntries((b"%03x" % i, i) for i in range(4096))
+    assert e.width == 4 and e.get(b"fff") == 4095 and e.get(b"800") == 2048
+    assert e.pop(b"100") == 256 and e.get(b"101") == 257 and e.get(b"fff") == 4095 and e.width == 4
+    e[b"tmp.1763872345"] = 9  # another length: separators are counted from now on
+    assert e.width == 0 and e.get(b"fff") == 4095 and e.get(b"tmp.1763872345") == 9
+    assert PackedEntries.restore(e.dump()).width == 0
+    assert PackedEntries.restore(PackedEntries([(b"ab", 1), (b"cd", 2)]).dump()).width == 3
