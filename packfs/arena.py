@@ -41,20 +41,16 @@ class Arena:
             raise ValueError(f"an arena string has 1 to {MAX_LEN} bytes, not {n}")
         size = -(-n // self.grain)
         spare = self.free.get(size)
-        if spare:
-            off = spare.pop()
-            self.data[off:off + n] = value
-        else:
-            off = len(self.data)
-            self.data += value
-            if size * self.grain > n:
-                self.data.extend(bytes(size * self.grain - n))
+        if not spare:
+            return self.append(value)
+        off = spare.pop()
+        self.data[off:off + n] = value
         self.used += size * self.grain
         return off << LEN_BITS | n
 
     def append(self, value: bytes) -> int:
-        """`put` without looking for freed space: the fast path of a bulk load into an arena
-        that has none (and of 1..MAX_LEN bytes: the caller's promise)."""
+        """Store a string at the end, not in freed space: `put`'s way when no space of its
+        size is free, and the fast path of a bulk load (1..MAX_LEN bytes: the caller's promise)."""
         off = len(self.data)
         n = len(value)
         self.data += value

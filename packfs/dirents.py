@@ -3,7 +3,7 @@
 A Swift partition directory holds up to 4,096 three-character suffix directories. As a
 dict, each entry costs about 70 B (a slot of the hash table, and a boxed inode number of
 32 B); packed, it costs its name, one separator and a u32. A lookup is one `find` over
-the packed names, a C loop over a few KiB (2-5 us for 4,096 suffixes), and the entry's
+the packed names, a C loop over a few KiB (up to 8 us for 4,096 suffixes), and the entry's
 index is its offset divided by the names' common length, while they all have one
 (Swift's suffixes, and its hashes); otherwise a `count` of the separators before it,
 several times slower. Past PACKED_MAX bytes of names the table turns a directory's
