@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 from array import array
+from typing import Callable
 
 LEN_BITS = 24
 MAX_LEN = (1 << LEN_BITS) - 1
@@ -59,6 +60,11 @@ class Arena:
             self.data += _ZEROS[:pad]
         self.used += n + pad
         return off << LEN_BITS | n
+
+    def adder(self) -> Callable[[bytes], int]:
+        """The fastest way to store many strings (a bulk load): `append` while no space is
+        free, else `put`."""
+        return self.put if self.free else self.append
 
     def get(self, ref: int) -> bytes:
         off = ref >> LEN_BITS

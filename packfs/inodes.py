@@ -276,17 +276,17 @@ class InodeTable:
         mode, uid, gid, nlink = self.mode, self.uid, self.gid, self.nlink
         size, atime, mtime, ctime, parent = self.size, self.atime, self.mtime, self.ctime, self.parent
         rdevs, targets, extents, xcat, rec, rlen = self.rdev, self.target, self.extents, self.xcat, self.rec, self.rlen
-        xat, append = self.xat, (self.xblobs.append if self.keep_xattrs and not self.xblobs.free else None)
+        xat, add = self.xat, (self.xblobs.adder() if self.keep_xattrs else None)
         one, unpack = _EXTENT.size, _EXTENT.unpack
         n = 0
         for ino, mode[ino], uid[ino], gid[ino], nlink[ino], size[ino], atime[ino], mtime[ino], ctime[ino], \
                 rdev, target, x, e, parent[ino] in rows:
             n += 1
             if x:
-                if append is None:
+                if add is None:
                     xcat[ino] = 1
                 else:
-                    xat[ino] = append(x)
+                    xat[ino] = add(x)
             if e:
                 if len(e) == one:
                     only = unpack(e)
@@ -304,7 +304,7 @@ class InodeTable:
     def load_entries(self, dirents: Iterable[tuple[int, bytes, int]]) -> None:
         """Add catalog directory entries (parent, name, ino) to loaded directories."""
         kid, kname, dirs, set_child = self.kid, self.kname, self.dirs, self.set_child
-        put = self.names.append if self.names.grain == 1 and not self.names.free else self.names.put
+        add = self.names.adder()
         for parent, name, ino in dirents:
             big = dirs.get(parent)
             if big is not None:
@@ -316,10 +316,9 @@ class InodeTable:
             elif kid[parent]:
                 set_child(parent, name, ino)
             else:
-                kid[parent], kname[parent] = ino, put(name)
-        for d, big in list(dirs.items()):
-            if type(big) is PackedEntries and big.nbytes() > PACKED_MAX:
-                dirs[d] = dict(big.items())
+                kid[parent], kname[parent] = ino, add(name)
+        for d in list(dirs):
+            self._dict_if_large(d)
 
     def stat(self, ino: int) -> tuple[int, int, int, int, int, int, int, int, int]:
         """(mode, nlink, uid, gid, rdev, size, atime, mtime, ctime): what getattr answers, in one call."""
@@ -471,8 +470,7 @@ class InodeTable:
         big = self.dirs.get(d)
         if big is not None:
             big[name] = ino
-            if type(big) is PackedEntries and big.nbytes() > PACKED_MAX:
-                self.dirs[d] = dict(big.items())
+            self._dict_if_large(d)
             return
         k = self.kid[d]
         if not k:
@@ -494,6 +492,12 @@ class InodeTable:
                     self.kid[d], self.kname[d] = k, self.names.put(n)
         elif self.kid[d] and self.names.equals(self.kname[d], name):
             self._clear_single(d)
+
+    def _dict_if_large(self, d: int) -> None:
+        """Turn a directory's packed entries into a dict once their names pass PACKED_MAX."""
+        big = self.dirs[d]
+        if type(big) is PackedEntries and big.nbytes() > PACKED_MAX:
+            self.dirs[d] = dict(big.items())
 
     def _clear_single(self, d: int) -> None:
         """Forget a directory's one-name entry (its name's arena space is freed)."""
