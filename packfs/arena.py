@@ -16,6 +16,7 @@ written from one when an arena is more than an eighth free).
 from __future__ import annotations
 
 import itertools
+import operator
 from array import array
 from typing import Callable
 
@@ -92,12 +93,15 @@ class Arena:
         """Bytes of freed space not yet reused."""
         return len(self.data) - self.used
 
-    def compacted(self, refs: array) -> tuple["Arena", array]:
+    def compacted(self, refs: array, which: bytes | None = None) -> tuple["Arena", array]:
         """A copy of the strings `refs` names, back to back with no free space, and the
-        references into it in the same order (0 stays 0). Each string must be named once."""
+        references into it in the same order (0 stays 0). Each string must be named once.
+        With `which`, only the references where it is nonzero name strings: the others
+        are kept as they are."""
         new, out = Arena(self.grain), array(refs.typecode, refs)
         append, data = new.append, self.data
-        for i in itertools.compress(range(len(refs)), refs):
+        named = refs if which is None else map(operator.and_, which, map(bool, refs))
+        for i in itertools.compress(range(len(refs)), named):
             ref = refs[i]
             off = ref >> LEN_BITS
             out[i] = append(data[off:off + (ref & _LEN_MASK)])

@@ -23,6 +23,7 @@ import marshal
 import mmap
 import os
 import secrets
+import stat
 import struct
 import sys
 import zlib
@@ -37,7 +38,7 @@ from .inodes import InodeTable
 log = logging.getLogger(__name__)
 
 FILENAME = "namespace.img"
-VERSION = 2
+VERSION = 3
 _MAGIC = b"PKFSIMG\0"
 # magic, version, flags, token, the catalog stamp (volume, offset, seq, next_ino), slots, live inodes
 _HEADER = struct.Struct("<8sIIQ4QQQ")
@@ -99,7 +100,8 @@ def _top(table: InodeTable) -> int:
 
 def _sections(table: InodeTable, slots: int) -> Iterator[bytes | memoryview]:
     """The payloads, one at a time (the largest is built only when its turn comes)."""
-    names, kname = _compact(table.names, table.kname[:slots])
+    # `kname` names a string only for directories (a regular file's holds its record).
+    names, kname = _compact(table.names, table.kname[:slots], table.of_type(stat.S_IFDIR, slots))
     xblobs, xat = _compact(table.xblobs, table.xat[:slots])
     columns = {"kname": kname, "xat": xat}
     for name in COLUMNS:
@@ -109,17 +111,17 @@ def _sections(table: InodeTable, slots: int) -> Iterator[bytes | memoryview]:
     packed = {d: e.dump() for d, e in table.dirs.items() if type(e) is PackedEntries}
     dicts = {d: e for d, e in table.dirs.items() if type(e) is dict}
     yield marshal.dumps((names.free_lists(), packed, dicts), _MARSHAL_VERSION)
-    yield marshal.dumps((table.rdev, table.target, table.extents), _MARSHAL_VERSION)
+    yield marshal.dumps((table.rdev, table.target, table.extents, table.owners), _MARSHAL_VERSION)
     yield memoryview(xblobs.data)
     yield marshal.dumps(xblobs.free_lists(), _MARSHAL_VERSION)
 
 
-def _compact(arena: Arena, refs: array) -> tuple[Arena, array]:
+def _compact(arena: Arena, refs: array, which: bytes | None = None) -> tuple[Arena, array]:
     """An arena to save, and its references: compacted if more than an eighth of it is
     free space (a replay stores xattrs plain and frees them once compressed; deletes free
     names), so that the next mount starts without it."""
     if arena.wasted() > len(arena.data) // 8:
-        return arena.compacted(refs)
+        return arena.compacted(refs, which)
     return arena, refs
 
 
@@ -169,7 +171,13 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
     table.keep_xattrs = keep_xattrs
     for name in COLUMNS:
         column = array(getattr(table, name).typecode)
-        column.frombytes(r.section(slots * column.itemsize))
+        if name == "owner":  # u16, or u32 in a table with many owners: the length tells
+            payload = r.section()
+            if len(payload) == 2 * slots * column.itemsize:
+                column = array("I")
+            column.frombytes(r.section_payload(payload, slots * column.itemsize))
+        else:
+            column.frombytes(r.section(slots * column.itemsize))
         setattr(table, name, column)
     for name in inodes.RUNTIME_COLUMNS:
         setattr(table, name, array(getattr(table, name).typecode, bytes(slots * getattr(table, name).itemsize)))
@@ -181,7 +189,13 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
         table.dirs.update((d, PackedEntries.restore(e)) for d, e in packed.items())
     except (ValueError, TypeError) as e:
         raise ImageError(f"its directory entries do not decode: {e}") from None
-    table.rdev, table.target, table.extents = r.unmarshal((dict, dict, dict))
+    table.rdev, table.target, table.extents, owners = r.unmarshal((dict, dict, dict, list))
+    try:
+        table.set_owners(owners)
+    except (ValueError, TypeError) as e:
+        raise ImageError(f"its owners do not decode: {e}") from None
+    if len(table.owners) <= max(table.owner, default=0):
+        raise ImageError("an inode's owner is not in its list of owners")
     blobs = r.section()
     table.xblobs = _arena(table.xblobs.grain, blobs, *r.unmarshal((dict,)))
     if live != slots - table.mode.count(0):
@@ -235,11 +249,16 @@ class _Reader:
 
     def section(self, expected: int | None = None) -> memoryview:
         length, crc = _SECTION.unpack(self.take(_SECTION.size))
-        if expected is not None and length != expected:
-            raise ImageError(f"a section has {length} bytes where {expected} were expected")
         payload = self.take(length)
         if zlib.crc32(payload) != crc:
             raise ImageError("a section is damaged (CRC mismatch)")
+        return self.section_payload(payload, expected)
+
+    @staticmethod
+    def section_payload(payload: memoryview, expected: int | None) -> memoryview:
+        """A section's payload, if it has the expected length."""
+        if expected is not None and len(payload) != expected:
+            raise ImageError(f"a section has {len(payload)} bytes where {expected} were expected")
         return payload
 
     def unmarshal(self, types: tuple[type, ...]) -> tuple:

@@ -119,13 +119,19 @@ _FETCHED_MAX = 256
 XATTR_GRAIN = 16  # xattr blobs take arena space in steps of this many bytes
 
 # Each column's array typecode. Inode numbers (parent, kid) are below INO_MAX, so u32;
-# a mode fits u16. A slot is 86 B, and a byte of `xcat`.
-COLUMNS = {"mode": "H", "uid": "I", "gid": "I", "nlink": "I", "rlen": "I", "parent": "I", "kid": "I",
+# a mode fits u16. A slot is 68 B, and a byte of `xcat`. `kid` and `kname` hold a
+# directory's one entry, and a regular file's one whole record (as `rlen` and `rec`): no
+# inode needs both, so they share the columns. `owner` numbers a (uid, gid) pair in
+# `owners`: a disk's files have a handful of owners (Swift's: one). It is u16 until a
+# table has more than OWNERS_NARROW pairs, then u32.
+COLUMNS = {"mode": "H", "owner": "H", "nlink": "I", "parent": "I", "kid": "I",
            "lookups": "I", "size": "q", "atime": "q", "mtime": "q", "ctime": "q", "kname": "q",
-           "xat": "q", "rec": "q"}
+           "xat": "q"}
 RUNTIME_COLUMNS = ("lookups",)  # what only a running mount has: never saved
+OWNERS_NARROW = 1 << 16
 INO_MAX = 1 << 32  # inode numbers stay below this (numbers are reused, so it bounds live inodes)
 _IFMT = 0o170000  # the file type bits of a mode
+_IFDIR, _IFREG = stat.S_IFDIR, stat.S_IFREG
 _REC_OFFSET_BITS = 40  # rec = volume << 40 | record offset / 4 KiB
 
 
@@ -151,8 +157,9 @@ class InodeTable:
 
     def __init__(self) -> None:
         self.mode = array(COLUMNS["mode"])
-        self.uid = array(COLUMNS["uid"])
-        self.gid = array(COLUMNS["gid"])
+        self.owner = array(COLUMNS["owner"])
+        self.owners: list[tuple[int, int]] = [(0, 0)]  # (uid, gid) by number; never shrinks
+        self._owner_numbers = {(0, 0): 0}
         self.nlink = array(COLUMNS["nlink"])
         self.size = array(COLUMNS["size"])
         self.atime = array(COLUMNS["atime"])
@@ -177,10 +184,9 @@ class InodeTable:
         self._uncompressed: set[int] = set()  # set by setxattr since the last compress_xattrs
         # Extent maps of regular files; absent means empty. A file whose map is one whole
         # record (most Swift objects smaller than disk_chunk_size) has it in the `rec` and
-        # `rlen` columns instead (12 B, not ~120); others have it here, packed up to
-        # PACKED_EXTENTS_MAX extents, a list beyond (cheap to edit in place).
-        self.rec = array(COLUMNS["rec"])
-        self.rlen = array(COLUMNS["rlen"])
+        # `rlen` columns instead (no memory of its own: they are `kname` and `kid`); others
+        # have it here, packed up to PACKED_EXTENTS_MAX extents, a list beyond (cheap to
+        # edit in place).
         self.extents: dict[int, bytes | list[ext.Extent]] = {}
         # What only a running mount has: the kernel's references (FUSE lookup counts: a
         # column, because a walk makes the kernel hold every inode), open handles and
@@ -194,6 +200,36 @@ class InodeTable:
 
     def __len__(self) -> int:
         return self.live
+
+    @property
+    def rec(self) -> array:
+        """A regular file's one whole record (see _rec), 0 if its map is elsewhere: `kname`."""
+        return self.kname
+
+    @property
+    def rlen(self) -> array:
+        """The length of the record in `rec`: `kid`."""
+        return self.kid
+
+    def owner_of(self, uid: int, gid: int) -> int:
+        """The number of a (uid, gid) pair, new if it has none yet."""
+        n = self._owner_numbers.get((uid, gid))
+        if n is None:
+            n = self._owner_numbers[uid, gid] = len(self.owners)
+            self.owners.append((uid, gid))
+            if n >= OWNERS_NARROW and self.owner.typecode == "H":
+                self.owner = array("I", self.owner)
+        return n
+
+    def set_owners(self, owners: list[tuple[int, int]]) -> None:
+        """The pairs the `owner` column numbers (a loaded image's)."""
+        self.owners = [(uid, gid) for uid, gid in owners]
+        self._owner_numbers = {pair: n for n, pair in enumerate(self.owners)}
+
+    def of_type(self, fmt: int, slots: int | None = None) -> bytes:
+        """1 for each of the first `slots` slots whose file type is fmt (stat.S_IFDIR, ...), else 0."""
+        mode = self.mode if slots is None else self.mode[:slots]
+        return bytes(map(fmt.__eq__, map(_IFMT.__and__, mode)))
 
     def grow(self, slots: int) -> None:
         """Make room for inode numbers below slots (and then some: growth is geometric)."""
@@ -216,7 +252,7 @@ class InodeTable:
     def usage(self) -> tuple[int, int, int]:
         """(directories, other inodes, the other inodes' total size), by whole columns:
         `packfs stats` must not hold the event loop for seconds at millions of inodes."""
-        is_dir = bytes(map(stat.S_IFDIR.__eq__, map(_IFMT.__and__, self.mode)))
+        is_dir = self.of_type(_IFDIR)
         dirs = is_dir.count(1)
         size = sum(itertools.compress(self.size, self.mode)) - sum(itertools.compress(self.size, is_dir))
         return dirs, self.live - dirs, size
@@ -231,7 +267,8 @@ class InodeTable:
         `rec` column is mapped by no other extent: sharing comes only from splits)."""
         split = {(e[2], e[3], e[5]) for m in self.extents.values()
                  for e in (_EXTENT.iter_unpack(m) if isinstance(m, bytes) else m)}
-        return itertools.chain(itertools.compress(self.rlen, self.rec), (k[2] for k in split))
+        whole = map(operator.and_, self.of_type(_IFREG), map(bool, self.rec))
+        return itertools.chain(itertools.compress(self.rlen, whole), (k[2] for k in split))
 
     def find_free(self, below: int) -> None:
         """Collect the free slots below `below` (after a load), to be reused."""
@@ -245,43 +282,52 @@ class InodeTable:
         """Fill a free slot with a new, empty inode."""
         self.grow(ino + 1)
         assert self.mode[ino] == 0, f"inode {ino} is in use"
-        self.mode[ino], self.uid[ino], self.gid[ino] = mode, uid, gid
+        self.mode[ino], self.owner[ino] = mode, self.owner_of(uid, gid)
         self.nlink[ino] = 2 if stat.S_ISDIR(mode) else 1
         self.size[ino] = self.parent[ino] = 0
         self.atime[ino] = self.mtime[ino] = self.ctime[ino] = now
-        self.xcat[ino] = self.xat[ino] = self.rec[ino] = 0
+        self.xcat[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
         self.live += 1
 
     def load(self, row: InodeRow) -> None:
         """Set a slot from a catalog or journal row; a directory keeps its entries."""
         (ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, xattrs, extents, parent) = row
         self.grow(ino + 1)
-        if self.mode[ino] == 0:
+        old = self.mode[ino]
+        if old == 0:
             self.live += 1
-        elif not stat.S_ISDIR(mode):
-            self._clear_entries(ino)
-        self.mode[ino], self.uid[ino], self.gid[ino], self.nlink[ino] = mode, uid, gid, nlink
+        elif old & _IFMT != mode & _IFMT:  # a number reused for another type: drop what the old one kept
+            if old & _IFMT == _IFDIR:
+                self._clear_entries(ino)
+            self.kid[ino] = self.kname[ino] = 0
+        self.mode[ino], self.owner[ino], self.nlink[ino] = mode, self.owner_of(uid, gid), nlink
         self.size[ino], self.atime[ino], self.mtime[ino], self.ctime[ino] = size, atime, mtime, ctime
         self.parent[ino] = parent
         self._set_sparse(self.rdev, ino, rdev)
         self._set_sparse(self.target, ino, target)
         self.set_xattrs(ino, xattrs)
-        self.set_extents(ino, unpack_extents(extents) if extents else None)
+        if mode & _IFMT == _IFREG:
+            self.set_extents(ino, unpack_extents(extents) if extents else None)
 
     def load_all(self, rows: Iterable[InodeRow], top: int) -> None:
         """Fill empty slots from catalog rows, inode numbers below top: the mount's bulk
         load, about twice as fast as load() per row. Unless keep_xattrs, the rows' xattrs
         field only says whether the catalog holds any (1 or 0): the values stay there."""
         self.grow(top)
-        mode, uid, gid, nlink = self.mode, self.uid, self.gid, self.nlink
+        mode, nlink, owner, owner_of = self.mode, self.nlink, self.owner, self.owner_of
         size, atime, mtime, ctime, parent = self.size, self.atime, self.mtime, self.ctime, self.parent
         rdevs, targets, extents, xcat, rec, rlen = self.rdev, self.target, self.extents, self.xcat, self.rec, self.rlen
         xat, add = self.xat, (self.xblobs.adder() if self.keep_xattrs else None)
         one, unpack = _EXTENT.size, _EXTENT.unpack
         n = 0
-        for ino, mode[ino], uid[ino], gid[ino], nlink[ino], size[ino], atime[ino], mtime[ino], ctime[ino], \
+        pair, number = (0, 0), 0  # the last owner seen: rows come in runs of one owner
+        for ino, mode[ino], uid, gid, nlink[ino], size[ino], atime[ino], mtime[ino], ctime[ino], \
                 rdev, target, x, e, parent[ino] in rows:
             n += 1
+            if (uid, gid) != pair:
+                pair, number = (uid, gid), owner_of(uid, gid)
+                owner = self.owner  # (wider once there are many owners)
+            owner[ino] = number
             if x:
                 if add is None:
                     xcat[ino] = 1
@@ -322,12 +368,14 @@ class InodeTable:
 
     def stat(self, ino: int) -> tuple[int, int, int, int, int, int, int, int, int]:
         """(mode, nlink, uid, gid, rdev, size, atime, mtime, ctime): what getattr answers, in one call."""
-        return (self.mode[ino], self.nlink[ino], self.uid[ino], self.gid[ino], self.rdev.get(ino, 0),
+        uid, gid = self.owners[self.owner[ino]]
+        return (self.mode[ino], self.nlink[ino], uid, gid, self.rdev.get(ino, 0),
                 self.size[ino], self.atime[ino], self.mtime[ino], self.ctime[ino])
 
     def row(self, ino: int) -> InodeRow:
         mode = self.mode[ino]
-        return (ino, mode, self.uid[ino], self.gid[ino], self.nlink[ino], self.size[ino],
+        uid, gid = self.owners[self.owner[ino]]
+        return (ino, mode, uid, gid, self.nlink[ino], self.size[ino],
                 self.atime[ino], self.mtime[ino], self.ctime[ino], self.rdev.get(ino, 0),
                 self.target.get(ino), self.packed_xattrs(ino),
                 self.packed_extents(ino) if stat.S_ISREG(mode) else None, self.parent[ino])
@@ -336,9 +384,10 @@ class InodeTable:
         """Free a slot and everything kept for it."""
         if not self.exists(ino):
             return
-        self._clear_entries(ino)
+        if self.mode[ino] & _IFMT == _IFDIR:
+            self._clear_entries(ino)
         self.xblobs.release(self.xat[ino])
-        self.mode[ino] = self.xcat[ino] = self.xat[ino] = self.rec[ino] = self.lookups[ino] = 0
+        self.mode[ino] = self.xcat[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = self.lookups[ino] = 0
         for sparse in (self.rdev, self.target, self._fetched, self.extents, self.opens, self.wbuf):
             sparse.pop(ino, None)
         self.free.append(ino)
@@ -351,10 +400,13 @@ class InodeTable:
     # -- extent maps ------------------------------------------------------------------
 
     def extent_list(self, ino: int) -> list[ext.Extent]:
-        """A file's extent map. A map kept as a list is returned itself, to be edited in place."""
-        r = self.rec[ino]
+        """A file's extent map ([] for anything else). A map kept as a list is returned
+        itself, to be edited in place."""
+        if self.mode[ino] & _IFMT != _IFREG:
+            return []
+        r = self.kname[ino]
         if r:
-            n = self.rlen[ino]
+            n = self.kid[ino]
             return [(0, n, r >> _REC_OFFSET_BITS, (r & ((1 << _REC_OFFSET_BITS) - 1)) << 12, 0, n)]
         e = self.extents.get(ino)
         if isinstance(e, bytes):
@@ -362,10 +414,11 @@ class InodeTable:
         return e or []
 
     def set_extents(self, ino: int, value: list[ext.Extent] | None) -> None:
+        """A regular file's new extent map."""
         r = _rec(value[0]) if value and len(value) == 1 else 0
-        self.rec[ino] = r
+        self.kname[ino] = r
         if r:
-            self.rlen[ino] = value[0][5]  # type: ignore[index]
+            self.kid[ino] = value[0][5]  # type: ignore[index]
             self.extents.pop(ino, None)
         elif value:
             self.extents[ino] = pack_extents(value) if len(value) <= PACKED_EXTENTS_MAX else value  # type: ignore[assignment]
@@ -449,6 +502,8 @@ class InodeTable:
 
     # -- directory entries ------------------------------------------------------------
 
+    # Directories only: for anything else, `kid` and `kname` hold a record.
+
     def child(self, d: int, name: bytes) -> int | None:
         big = self.dirs.get(d)
         if big is not None:
@@ -461,7 +516,7 @@ class InodeTable:
         if big is not None:
             return list(big.items())
         k = self.kid[d]
-        return [(self.names.get(self.kname[d]), k)] if k else []
+        return [(self.names.get(self.kname[d]), k)] if k and self.mode[d] & _IFMT == _IFDIR else []
 
     def has_children(self, d: int) -> bool:
         return d in self.dirs or self.kid[d] != 0
@@ -547,8 +602,24 @@ class Inode:
         return f"<Inode {self.ino} mode {self.mode:o}>"
 
     mode = _column("mode", "file type and permissions")
-    uid = _column("uid", "owner")
-    gid = _column("gid", "group")
+
+    @property
+    def uid(self) -> int:
+        """owner"""
+        return self.t.owners[self.t.owner[self.ino]][0]
+
+    @uid.setter
+    def uid(self, value: int) -> None:
+        self.t.owner[self.ino] = self.t.owner_of(value, self.gid)
+
+    @property
+    def gid(self) -> int:
+        """group"""
+        return self.t.owners[self.t.owner[self.ino]][1]
+
+    @gid.setter
+    def gid(self, value: int) -> None:
+        self.t.owner[self.ino] = self.t.owner_of(self.uid, value)
     nlink = _column("nlink", "link count")
     size = _column("size", "size in bytes")
     atime = _column("atime", "access time, ns")

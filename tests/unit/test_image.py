@@ -261,3 +261,44 @@ def test_image_of_an_arena_with_much_free_space_is_compacted(tmp_path, cat):
     for i, f in enumerate(files):
         assert loaded.packed_xattrs(f.ino) == (None if i % 2 == 0 else ns.table.packed_xattrs(f.ino))
         assert loaded.child(ROOT, b"%032x" % i) == (None if i % 2 == 0 else f.ino)
+
+
+def test_compacting_names_keeps_the_records_files_hold_in_the_same_column(tmp_path, cat):
+    """A file's whole record lives in `kname`, where a directory keeps its name's reference:
+    compacting the names arena must move the names and leave the records alone."""
+    ns = Namespace.fresh(0, 0)
+    dirs = [ns.create(ROOT, b"d%03d" % i, stat.S_IFDIR | 0o755, 0, 0) for i in range(64)]
+    files = []
+    for i, d in enumerate(dirs):
+        f = ns.create(d.ino, b"%032x" % i, stat.S_IFREG | 0o644, 0, 0)
+        ns.map_extent(f, (0, 4096, 1, (i + 1) << 20, 0, 4096))
+        f.size = 4096
+        files.append(f)
+    for i in range(0, 64, 2):  # frees half the names: the image compacts the arena
+        ns.release(ns.unlink(dirs[i].ino, b"%032x" % i))
+    assert ns.table.names.wasted() > len(ns.table.names.data) // 8
+    saved(tmp_path, cat, ns)
+    table = image.take(str(tmp_path), cat.image_token, cat.stamp, True)
+    assert table is not None
+    loaded = load_namespace(cat, True, table).table
+    assert loaded.names.wasted() == 0
+    for i in range(1, 64, 2):
+        assert loaded.child(dirs[i].ino, b"%032x" % i) == files[i].ino
+        assert loaded.extent_list(files[i].ino) == [(0, 4096, 1, (i + 1) << 20, 0, 4096)]
+
+
+@pytest.mark.parametrize("owners", [3, 70_000])
+def test_owners_come_back_from_the_image(tmp_path, cat, owners):
+    """The owner column is u16, or u32 once a table has more than 65,536 (uid, gid) pairs."""
+    ns = Namespace.fresh(0, 0)
+    for uid in range(owners):
+        ns.table.owner_of(uid, uid + 1)
+    files = [ns.create(ROOT, b"f%d" % i, stat.S_IFREG | 0o644, uid, uid + 1)
+             for i, uid in enumerate((0, 1, owners - 1))]
+    saved(tmp_path, cat, ns)
+    table = image.take(str(tmp_path), cat.image_token, cat.stamp, True)
+    assert table is not None
+    loaded = load_namespace(cat, True, table).table
+    assert loaded.owner.typecode == ("H" if owners <= 1 << 16 else "I")
+    for f, uid in zip(files, (0, 1, owners - 1)):
+        assert loaded.stat(f.ino)[2:4] == (uid, uid + 1)

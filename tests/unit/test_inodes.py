@@ -5,7 +5,7 @@ import pytest
 from test_catalog import build
 
 from packfs import records
-from packfs.inodes import ROOT, Inode, InodeTable, pack_extents, pack_xattrs
+from packfs.inodes import OWNERS_NARROW, ROOT, Inode, InodeTable, pack_extents, pack_xattrs
 from packfs.namespace import Namespace
 
 REG = stat.S_IFREG | 0o644
@@ -260,3 +260,46 @@ def test_nameless_finds_live_inodes_without_links_only(ns):
     assert not ns.table.exists(gone.ino) and ns.table.nlink[gone.ino] == 0
     assert ns.table.nameless() == [held.ino]
     assert kept.ino not in ns.table.nameless()
+
+
+def test_a_number_reused_for_another_type_starts_clean(ns):
+    """`kid` and `kname` are a directory's entry or a file's record: a slot that changes
+    type must not read one as the other, nor free a record as a name."""
+    t = ns.table
+    ns.create(ROOT, b"a", REG, 0, 0)
+    ns.create(ROOT, b"b", REG, 0, 0)  # the root's names are packed: none in the arena
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    ns.map_extent(f, (0, 4096, 3, 1 << 30, 0, 4096))
+    assert t.rec[f.ino] and f.children() == [] and f.extent_list()
+    used, free = t.names.used, t.names.free_lists()
+    ns.release(ns.unlink(ROOT, b"f"))
+    assert (t.names.used, t.names.free_lists()) == (used, free)  # the record was not released as a name
+    d = ns.create(ROOT, b"d", DIR, 0, 0)
+    assert d.ino == f.ino and d.children() == [] and not d.has_children() and d.extent_list() == []
+    ns.create(d.ino, b"x", REG, 0, 0)
+    assert [n for n, _ in d.children()] == [b"x"]
+    # A replay loading a file's row over a directory's slot, then a directory's over a file's.
+    g = ns.create(ROOT, b"g", REG, 0, 0)
+    ns.map_extent(g, (0, 4096, 3, 1 << 31, 0, 4096))
+    t.load((d.ino, REG, 0, 0, 1, 4096, 1, 1, 1, 0, None, None, pack_extents([(0, 4096, 3, 1 << 32, 0, 4096)]), 0))
+    assert Inode(t, d.ino).children() == [] and Inode(t, d.ino).extent_list() == [(0, 4096, 3, 1 << 32, 0, 4096)]
+    assert t.names.used == used  # the directory's one name, b"x", was freed
+    t.load((g.ino, DIR, 0, 0, 2, 0, 1, 1, 1, 0, None, None, None, ROOT))
+    assert Inode(t, g.ino).children() == [] and Inode(t, g.ino).extent_list() == []
+    assert sorted(t.record_lengths()) == [4096]  # d's record; g is a directory now
+
+
+def test_owners_are_numbered_pairs_and_the_column_widens_past_u16(ns):
+    t = ns.table
+    f = ns.create(ROOT, b"f", REG, 1000, 1001)
+    g = ns.create(ROOT, b"g", REG, 1000, 1001)
+    assert (f.uid, f.gid) == (1000, 1001) and t.owner[f.ino] == t.owner[g.ino]
+    f.gid = 7
+    assert (f.uid, f.gid, g.gid) == (1000, 7, 1001) and t.stat(f.ino)[2:4] == (1000, 7)
+    assert t.owner.typecode == "H"
+    for uid in range(OWNERS_NARROW):
+        t.owner_of(uid, 99)
+    assert t.owner.typecode == "I" and len(t.owner) == len(t.mode)
+    h = ns.create(ROOT, b"h", REG, OWNERS_NARROW - 1, 99)
+    assert t.owner[h.ino] >= OWNERS_NARROW and (h.uid, h.gid, f.gid) == (OWNERS_NARROW - 1, 99, 7)
+    assert t.row(h.ino)[2:4] == (OWNERS_NARROW - 1, 99)
