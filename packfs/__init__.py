@@ -6,5 +6,5 @@ Layers, top to bottom (imports only point down):
 """
 
 __version__ = "0.1.0"
-FORMAT_VERSION = 2  # 2: xattrs may be stored compressed (inodes.pack_xattrs)
-READABLE_FORMATS = (1, 2)  # a format-1 pack is upgraded in place when it is mounted
+FORMAT_VERSION = 3  # 2: xattrs may be stored compressed (inodes.pack_xattrs); 3: with a second dictionary
+READABLE_FORMATS = (1, 2, 3)  # an older pack is upgraded in place when it is mounted

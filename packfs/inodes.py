@@ -3,7 +3,7 @@
 A Swift object is three inodes (suffix directory, hash directory, .data file), and a
 million objects are three million inodes. As Python objects they cost about 600 B each
 (the object, its boxed integers, a dict slot); as a slot in these columns they cost
-87 B. Names and xattr values are strings in arenas (arena.py), referred to from
+68 B. Names and xattr values are strings in arenas (arena.py), referred to from
 columns. Rare or variable-sized fields (device numbers, symlink targets, extent maps,
 entries of directories with several names) live in dicts keyed by inode number.
 Xattr values are kept in memory too, unless `keep_xattrs` is off: then they stay in the
@@ -50,16 +50,59 @@ def unpack_extents(blob: bytes | None) -> list | None:
     return None if blob is None else list(_EXTENT.iter_unpack(blob))
 
 
-# Packed xattrs of XATTR_COMPRESS_MIN bytes or more are stored raw-deflated with this
-# preset dictionary (Swift's metadata keys and pickle framing), behind a prefix no plain
-# blob can start with (its first field is a name length of at most 255). Swift's
-# ~270 B of pickled metadata shrink to ~110 B. On-disk format: never change these bytes.
-_XZ_PREFIX = b"\xff\xff"
-_XZ_DICT = (b"\x13\x00\x00\x00\x00\x00user.swift.metadata\x80\x02}q\x00(X\x04\x00\x00\x00nameq\x01X"
-            b"\x0b\x00\x00\x00X-Timestampq\x03X\x0c\x00\x00\x00Content-Typeq\x05X\x18\x00\x00\x00"
-            b"application/octet-streamq\x06X\x04\x00\x00\x00ETagq\x07X \x00\x00\x00X\x0e\x00\x00\x00"
-            b"Content-Lengthq\x09X\x04\x00\x00\x004096X\x14\x00\x00\x00X-Object-Meta-X-Object-Sysmeta-"
-            b"X-Backend-Durable-TimestampX-Static-Large-Objectu.\x00user.swift.metadata_checksum/AUTH_")
+# Packed xattrs of XATTR_COMPRESS_MIN bytes or more are stored raw-deflated with a
+# preset dictionary, behind a two-byte prefix that names the dictionary and that no plain
+# blob starts with (its first field is a name length of at most 255: its second byte is 0).
+# Format 2 wrote `ff ff` and _XZ_DICT_2, made of Swift's keys in Python 2 pickles: the
+# ~440 B Swift 2.38 writes per object under Python 3 shrank only to ~255 B. Format 3
+# writes `ff fe` and _XZ_DICT_3, which adds the pickles Swift writes now (an object
+# server's PUT, a tombstone, more keys): ~105-135 B. On-disk format: never change these bytes.
+_XZ_DICT_2 = (b"\x13\x00\x00\x00\x00\x00user.swift.metadata\x80\x02}q\x00(X\x04\x00\x00\x00nameq\x01X"
+              b"\x0b\x00\x00\x00X-Timestampq\x03X\x0c\x00\x00\x00Content-Typeq\x05X\x18\x00\x00\x00"
+              b"application/octet-streamq\x06X\x04\x00\x00\x00ETagq\x07X \x00\x00\x00X\x0e\x00\x00\x00"
+              b"Content-Lengthq\x09X\x04\x00\x00\x004096X\x14\x00\x00\x00X-Object-Meta-X-Object-Sysmeta-"
+              b"X-Backend-Durable-TimestampX-Static-Large-Objectu.\x00user.swift.metadata_checksum/AUTH_")
+_XZ_DICT_3 = _XZ_DICT_2 + (
+    b'\x13\x00\xbe\x02\x00\x00user.swift.metadata\x80\x02}q\x00(c_codecs\nencode\nq\x01X\x0b'
+    b'\x00\x00\x00X-Timestampq\x02X\x06\x00\x00\x00latin1q\x03\x86q\x04Rq\x05h\x01X\x10\x00\x00'
+    b'\x001700000000.00000q\x06h\x03\x86q\x07Rq\x08h\x01X\x0c\x00\x00\x00Content-Typeq\th\x03'
+    b'\x86q\nRq\x0bh\x01X\x10\x00\x00\x00application/jsonq\x0ch\x03\x86q\rRq\x0eh\x01X\x0e\x00'
+    b'\x00\x00Content-Lengthq\x0fh\x03\x86q\x10Rq\x11h\x01X\x01\x00\x00\x000q\x12h\x03\x86q\x13'
+    b'Rq\x14h\x01X\x04\x00\x00\x00ETagq\x15h\x03\x86q\x16Rq\x17h\x01X \x00\x00\x00d41d8cd98f00b'
+    b'204e9800998ecf8427eq\x18h\x03\x86q\x19Rq\x1ah\x01X\x13\x00\x00\x00X-Object-Meta-Mtimeq'
+    b'\x1bh\x03\x86q\x1cRq\x1dh\x01X\x11\x00\x00\x001700000000.000000q\x1eh\x03\x86q\x1fRq h'
+    b'\x01X/\x00\x00\x00X-Object-Sysmeta-Container-Update-Override-Etagq!h\x03\x86q"Rq#h\x01X '
+    b'\x00\x00\x00d41d8cd98f00b204e9800998ecf8427eq$h\x03\x86q%Rq&h\x01X\x1b\x00\x00\x00X-Backe'
+    b"nd-Durable-Timestampq'h\x03\x86q(Rq)h\x01X\x10\x00\x00\x001700000000.00000q*h\x03\x86q+Rq"
+    b',h\x01X\x15\x00\x00\x00X-Static-Large-Objectq-h\x03\x86q.Rq/h\x01X\x04\x00\x00\x00Trueq0h'
+    b'\x03\x86q1Rq2h\x01X\x10\x00\x00\x00Content-Encodingq3h\x03\x86q4Rq5h\x01X\x04\x00\x00\x00'
+    b'gzipq6h\x03\x86q7Rq8h\x01X\x04\x00\x00\x00nameq9h\x03\x86q:Rq;h\x01X\x0e\x00\x00\x00/AUTH'
+    b'_test/c/oq<h\x03\x86q=Rq>u.\x1c\x00 \x00\x00\x00user.swift.metadata_checksum8dc4dbc87ee8c'
+    b'311a126094e0b08f17a\x13\x00T\x01\x00\x00user.swift.metadata\x80\x02}q\x00(c_codecs\nencod'
+    b'e\nq\x01X\x04\x00\x00\x00nameq\x02X\x06\x00\x00\x00latin1q\x03\x86q\x04Rq\x05h\x01X\x0e'
+    b'\x00\x00\x00/AUTH_test/c/oq\x06h\x03\x86q\x07Rq\x08h\x01X\x0b\x00\x00\x00X-Timestampq\th'
+    b'\x03\x86q\nRq\x0bh\x01X\x10\x00\x00\x001700000000.00000q\x0ch\x03\x86q\rRq\x0eh\x01X\x0c'
+    b'\x00\x00\x00Content-Typeq\x0fh\x03\x86q\x10Rq\x11h\x01X\x18\x00\x00\x00application/octet-'
+    b'streamq\x12h\x03\x86q\x13Rq\x14h\x01X\x04\x00\x00\x00ETagq\x15h\x03\x86q\x16Rq\x17h\x01X '
+    b'\x00\x00\x00d41d8cd98f00b204e9800998ecf8427eq\x18h\x03\x86q\x19Rq\x1ah\x01X\x0e\x00\x00'
+    b'\x00Content-Lengthq\x1bh\x03\x86q\x1cRq\x1dh\x01X\x04\x00\x00\x004096q\x1eh\x03\x86q\x1fR'
+    b'q u.\x1c\x00 \x00\x00\x00user.swift.metadata_checksumbe916345d41757e59c036aecce89a8ce\x13'
+    b'\x00\x94\x00\x00\x00user.swift.metadata\x80\x02}q\x00(c_codecs\nencode\nq\x01X\x0b\x00'
+    b'\x00\x00X-Timestampq\x02X\x06\x00\x00\x00latin1q\x03\x86q\x04Rq\x05h\x01X\x10\x00\x00\x00'
+    b'1700000000.00000q\x06h\x03\x86q\x07Rq\x08h\x01X\x04\x00\x00\x00nameq\th\x03\x86q\nRq\x0bh'
+    b'\x01X\x0e\x00\x00\x00/AUTH_test/c/oq\x0ch\x03\x86q\rRq\x0eu.\x1c\x00 \x00\x00\x00user.swi'
+    b'ft.metadata_checksumf356c9058d05ae8e7f7daea563b76853\x13\x00T\x01\x00\x00user.swift.metad'
+    b'ata\x80\x02}q\x00(c_codecs\nencode\nq\x01X\x0b\x00\x00\x00X-Timestampq\x02X\x06\x00\x00'
+    b'\x00latin1q\x03\x86q\x04Rq\x05h\x01X\x10\x00\x00\x001700000000.00000q\x06h\x03\x86q\x07Rq'
+    b'\x08h\x01X\x0c\x00\x00\x00Content-Typeq\th\x03\x86q\nRq\x0bh\x01X\x18\x00\x00\x00applicat'
+    b'ion/octet-streamq\x0ch\x03\x86q\rRq\x0eh\x01X\x0e\x00\x00\x00Content-Lengthq\x0fh\x03\x86'
+    b'q\x10Rq\x11h\x01X\x04\x00\x00\x004096q\x12h\x03\x86q\x13Rq\x14h\x01X\x04\x00\x00\x00ETagq'
+    b'\x15h\x03\x86q\x16Rq\x17h\x01X \x00\x00\x00d41d8cd98f00b204e9800998ecf8427eq\x18h\x03\x86'
+    b'q\x19Rq\x1ah\x01X\x04\x00\x00\x00nameq\x1bh\x03\x86q\x1cRq\x1dh\x01X\x0e\x00\x00\x00/AUTH'
+    b'_test/c/oq\x1eh\x03\x86q\x1fRq u.\x1c\x00 \x00\x00\x00user.swift.metadata_checksum17abe44'
+    b'10846e804e7105a0ebf261886')
+_XZ_DICTS = {b"\xff\xff": _XZ_DICT_2, b"\xff\xfe": _XZ_DICT_3}
+_XZ_PREFIX = b"\xff\xfe"  # what is compressed now uses _XZ_DICT_3
 XATTR_COMPRESS_MIN = 128
 XATTRS_MAX = MAX_LEN  # all of one inode's xattrs, packed plain: they are one arena string
 
@@ -78,13 +121,13 @@ def packed_size(xattrs: dict[bytes, bytes]) -> int:
 
 def _compressible(blob: bytes) -> bool:
     """A plain packed blob big enough to try compressing."""
-    return len(blob) >= XATTR_COMPRESS_MIN and blob[:2] != _XZ_PREFIX
+    return len(blob) >= XATTR_COMPRESS_MIN and bytes(blob[:2]) not in _XZ_DICTS
 
 
 def _compressed(blob: bytes) -> bytes:
     """A plain packed blob, compressed if that makes it smaller (9 us for Swift's metadata)."""
     if _compressible(blob):
-        c = zlib.compressobj(6, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, _XZ_DICT)
+        c = zlib.compressobj(6, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, _XZ_DICT_3)
         packed = c.compress(blob) + c.flush()
         if len(packed) + len(_XZ_PREFIX) < len(blob):
             return _XZ_PREFIX + packed
@@ -93,8 +136,9 @@ def _compressed(blob: bytes) -> bytes:
 
 def _plain(blob: bytes) -> bytes:
     """A packed xattr blob, decompressed if it was stored compressed."""
-    if blob[:2] == _XZ_PREFIX:
-        return zlib.decompressobj(-15, _XZ_DICT).decompress(memoryview(blob)[2:])
+    zdict = _XZ_DICTS.get(bytes(blob[:2]))
+    if zdict is not None:
+        return zlib.decompressobj(-15, zdict).decompress(memoryview(blob)[2:])
     return blob
 
 

@@ -356,3 +356,28 @@ def test_inode_numbers_stay_below_the_columns_limit(ns):
     with pytest.raises(FsError) as e:
         ns.create(ROOT, b"one-too-many", REG, 0, 0)
     assert e.value.errno == errno.ENOSPC and ns.lookup(ROOT, b"one-too-many") is None
+
+
+def test_swifts_metadata_compresses_to_a_third_and_format_2_blobs_still_read():
+    """Swift under Python 3 pickles its metadata with bytes keys and values (~440 B with
+    the checksum); format 3's dictionary knows that framing. A blob format 2 compressed
+    with its own dictionary reads back the same."""
+    import hashlib
+    import pickle
+    import zlib
+
+    from swift.obj.diskfile import PICKLE_PROTOCOL, _encode_metadata
+
+    from packfs.inodes import _XZ_DICT_2, pack_xattrs, unpack_xattrs
+    meta = pickle.dumps(_encode_metadata({
+        "X-Timestamp": "1763872345.12345", "Content-Type": "image/jpeg", "Content-Length": "81234",
+        "ETag": hashlib.md5(b"photo").hexdigest(), "name": "/AUTH_9f3c/photos/2026/11/img_0042.jpg"}),
+        PICKLE_PROTOCOL)
+    xattrs = {b"user.swift.metadata": meta, b"user.swift.metadata_checksum": hashlib.md5(meta).hexdigest().encode()}
+    plain = pack_xattrs(xattrs, compress=False)
+    stored = pack_xattrs(xattrs)
+    assert len(plain) > 420 and stored[:2] == b"\xff\xfe" and len(stored) < len(plain) // 3
+    assert unpack_xattrs(stored) == xattrs
+    c = zlib.compressobj(6, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, _XZ_DICT_2)
+    old = b"\xff\xff" + c.compress(plain) + c.flush()
+    assert unpack_xattrs(old) == xattrs

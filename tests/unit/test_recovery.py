@@ -292,7 +292,8 @@ def test_many_commits_and_overwrites_replay_in_order(packdir):
 
 
 def test_a_format_1_pack_is_upgraded_in_place_when_opened(packdir):
-    """Format 2 only adds compressed xattrs: a format-1 pack opens, keeps everything, and says 2."""
+    """Formats 2 and 3 only add compressed xattrs: a format-1 pack opens, keeps everything,
+    and says the current format."""
     import json
 
     from packfs import FORMAT_VERSION
@@ -377,7 +378,7 @@ SWIFT_META = b"\x80\x02}q\x00(X\x04\x00\x00\x00nameq\x01X\x0e\x00\x00\x00/AUTH_t
 
 
 def is_compressed(blob: bytes | None) -> bool:
-    return blob is not None and blob[:2] == b"\xff\xff"
+    return blob is not None and blob[:2] == b"\xff\xfe"  # format 3's dictionary
 
 
 def test_xattrs_are_compressed_after_the_commit_and_replay_plain_or_not(packdir):
