@@ -109,7 +109,7 @@ class Catalog:
         return self.db.execute("SELECT max(ino) FROM inodes").fetchall()[0][0] or 0
 
     def dirents(self) -> Iterator[tuple[int, bytes, int]]:
-        return self.db.execute("SELECT parent, name, ino FROM dirents")
+        return self.db.execute("SELECT parent, name, ino FROM dirents ORDER BY parent")  # the key's order: no sort
 
     def dead_records(self) -> list[tuple[int, int, int]]:
         return self.db.execute("SELECT volume, offset, length FROM dead_records").fetchall()

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from . import extents as ext
 from .arena import MAX_LEN, Arena
-from .dirents import PACKED_MAX, PackedEntries
+from .dirents import PACKED_MAX, PackedEntries, pack_small, small_get, small_items
 
 ROOT = 1
 
@@ -173,7 +173,8 @@ COLUMNS = {"mode": "H", "owner": "H", "nlink": "I", "parent": "I", "kid": "I",
            "xat": "q"}
 RUNTIME_COLUMNS = ("lookups",)  # what only a running mount has: never saved
 OWNERS_NARROW = 1 << 16
-INO_MAX = 1 << 32  # inode numbers stay below this (numbers are reused, so it bounds live inodes)
+INO_MAX = (1 << 32) - 1  # inode numbers stay below this (numbers are reused, so it bounds live inodes)
+SMALL = INO_MAX  # `kid` of a directory whose entries are one string in the names arena
 _IFMT = 0o170000  # the file type bits of a mode
 _IFDIR, _IFREG = stat.S_IFDIR, stat.S_IFREG
 _REC_OFFSET_BITS = 40  # rec = volume << 40 | record offset / 4 KiB
@@ -191,12 +192,14 @@ def _rec(e: ext.Extent) -> int:
 class InodeTable:
     """The columns, and the directory entries.
 
-    A slot is free when its mode is 0. A directory's entries are kept in one of three
+    A slot is free when its mode is 0. A directory's entries are kept in one of four
     forms: most of Swift's suffix and hash directories hold one name, stored in the
     directory's own slot (`kid` is the child, `kname` its name, a reference into the
-    `names` arena); a directory with two or more names has an entry in `dirs` instead
-    (`kid` is then 0): packed (dirents.PackedEntries: Swift's partition directories),
-    or a dict once its names pass dirents.PACKED_MAX bytes.
+    `names` arena); a directory with a few names keeps them in its slot too, as one
+    string in the arena (`kid` is SMALL, `kname` names a dirents.pack_small string); a
+    directory with more has an entry in `dirs` instead (`kid` is then 0): packed
+    (dirents.PackedEntries: Swift's partition directories), or a dict once its names
+    pass dirents.PACKED_MAX bytes.
     """
 
     def __init__(self) -> None:
@@ -392,23 +395,22 @@ class InodeTable:
         self.live += n
 
     def load_entries(self, dirents: Iterable[tuple[int, bytes, int]]) -> None:
-        """Add catalog directory entries (parent, name, ino) to loaded directories."""
-        kid, kname, dirs, set_child = self.kid, self.kname, self.dirs, self.set_child
+        """Add catalog directory entries (parent, name, ino) to loaded directories. The
+        catalog gives them by parent, so each directory's are placed once, in their final
+        form: growing them one name at a time would leave the arena a string of every size
+        on the way."""
+        kid, kname, dirs = self.kid, self.kname, self.dirs
         add = self.names.adder()
-        for parent, name, ino in dirents:
-            big = dirs.get(parent)
-            if big is not None:
-                # set_child, inlined for the directories with many names (whose names are unique)
-                if type(big) is dict:
-                    big[name] = ino
-                else:
-                    big.append(name, ino)
-            elif kid[parent]:
-                set_child(parent, name, ino)
-            else:
+        for parent, rows in itertools.groupby(dirents, operator.itemgetter(0)):
+            _, name, ino = next(rows)
+            more = [(n, i) for _, n, i in rows]
+            if kid[parent] or parent in dirs:  # more of a directory seen before: not in order
+                for n, i in [(name, ino), *more]:
+                    self.set_child(parent, n, i)
+            elif not more:
                 kid[parent], kname[parent] = ino, add(name)
-        for d in list(dirs):
-            self._dict_if_large(d)
+            else:
+                self._set_entries(parent, [(name, ino), *more])
 
     def stat(self, ino: int) -> tuple[int, int, int, int, int, int, int, int, int]:
         """(mode, nlink, uid, gid, rdev, size, atime, mtime, ctime): what getattr answers, in one call."""
@@ -553,6 +555,8 @@ class InodeTable:
         if big is not None:
             return big.get(name)
         k = self.kid[d]
+        if k == SMALL:
+            return small_get(self.names.get(self.kname[d]), name)
         return k if k and self.names.equals(self.kname[d], name) else None
 
     def children(self, d: int) -> list[tuple[bytes, int]]:
@@ -560,7 +564,11 @@ class InodeTable:
         if big is not None:
             return list(big.items())
         k = self.kid[d]
-        return [(self.names.get(self.kname[d]), k)] if k and self.mode[d] & _IFMT == _IFDIR else []
+        if not k or self.mode[d] & _IFMT != _IFDIR:
+            return []
+        if k == SMALL:
+            return small_items(self.names.get(self.kname[d]))
+        return [(self.names.get(self.kname[d]), k)]
 
     def has_children(self, d: int) -> bool:
         return d in self.dirs or self.kid[d] != 0
@@ -574,11 +582,12 @@ class InodeTable:
         k = self.kid[d]
         if not k:
             self.kid[d], self.kname[d] = ino, self.names.put(name)
-        elif self.names.equals(self.kname[d], name):
+        elif k != SMALL and self.names.equals(self.kname[d], name):
             self.kid[d] = ino
         else:
-            self.dirs[d] = PackedEntries(((self.names.get(self.kname[d]), k), (name, ino)))
-            self._clear_single(d)
+            entries = dict(self.children(d))
+            entries[name] = ino
+            self._set_entries(d, list(entries.items()))
 
     def del_child(self, d: int, name: bytes) -> None:
         """Remove a name if present, shrinking back to the one-name form."""
@@ -589,8 +598,30 @@ class InodeTable:
                 del self.dirs[d]
                 for n, k in big.items():
                     self.kid[d], self.kname[d] = k, self.names.put(n)
-        elif self.kid[d] and self.names.equals(self.kname[d], name):
+            return
+        k = self.kid[d]
+        if k == SMALL:
+            entries = self.children(d)
+            rest = [(n, i) for n, i in entries if n != name]
+            if len(rest) < len(entries):
+                self._set_entries(d, rest)
+        elif k and self.names.equals(self.kname[d], name):
             self._clear_single(d)
+
+    def _set_entries(self, d: int, entries: list[tuple[bytes, int]]) -> None:
+        """Store a directory's entries in its slot: one name, a few, or PackedEntries if they
+        are too many (the directory is not in `dirs`)."""
+        self._clear_single(d)
+        if len(entries) == 1:
+            (name, ino), = entries
+            self.kid[d], self.kname[d] = ino, self.names.put(name)
+            return
+        packed = pack_small(entries) if entries else None
+        if packed is not None:
+            self.kid[d], self.kname[d] = SMALL, self.names.put(packed)
+        elif entries:
+            self.dirs[d] = PackedEntries(entries)
+            self._dict_if_large(d)
 
     def _dict_if_large(self, d: int) -> None:
         """Turn a directory's packed entries into a dict once their names pass PACKED_MAX."""
@@ -599,7 +630,7 @@ class InodeTable:
             self.dirs[d] = dict(big.items())
 
     def _clear_single(self, d: int) -> None:
-        """Forget a directory's one-name entry (its name's arena space is freed)."""
+        """Forget the entries a directory keeps in its slot (their arena space is freed)."""
         self.names.release(self.kname[d])
         self.kid[d] = self.kname[d] = 0
 

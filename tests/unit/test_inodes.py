@@ -266,8 +266,8 @@ def test_a_number_reused_for_another_type_starts_clean(ns):
     """`kid` and `kname` are a directory's entry or a file's record: a slot that changes
     type must not read one as the other, nor free a record as a name."""
     t = ns.table
-    ns.create(ROOT, b"a", REG, 0, 0)
-    ns.create(ROOT, b"b", REG, 0, 0)  # the root's names are packed: none in the arena
+    ns.create(ROOT, b"a" * 130, REG, 0, 0)
+    ns.create(ROOT, b"b" * 130, REG, 0, 0)  # too long for one arena string: the root's names are packed
     f = ns.create(ROOT, b"f", REG, 0, 0)
     ns.map_extent(f, (0, 4096, 3, 1 << 30, 0, 4096))
     assert t.rec[f.ino] and f.children() == [] and f.extent_list()
@@ -303,3 +303,25 @@ def test_owners_are_numbered_pairs_and_the_column_widens_past_u16(ns):
     h = ns.create(ROOT, b"h", REG, OWNERS_NARROW - 1, 99)
     assert t.owner[h.ino] >= OWNERS_NARROW and (h.uid, h.gid, f.gid) == (OWNERS_NARROW - 1, 99, 7)
     assert t.row(h.ino)[2:4] == (OWNERS_NARROW - 1, 99)
+
+
+def test_loaded_entries_take_their_final_form_at_once():
+    """The catalog gives entries by parent: each directory's are placed once (no string of
+    every size on the way left in the arena); entries out of order still all arrive."""
+    import random
+
+    from packfs.dirents import PackedEntries
+    from packfs.inodes import SMALL
+    dirents = [(2, b"only", 10)] + [(3, b"%032x" % i, 20 + i) for i in range(3)] + \
+              [(4, b"%03x" % i, 100 + i) for i in range(40)]
+    for order in ("catalog", "shuffled"):
+        t = InodeTable()
+        for d in (2, 3, 4):
+            t.put(d, DIR, 0, 0, 1)
+        rows = sorted(dirents) if order == "catalog" else random.Random(7).sample(dirents, len(dirents))
+        t.load_entries(rows)
+        assert (t.kid[2], t.kid[3], t.kid[4]) == (10, SMALL, 0) and type(t.dirs[4]) is PackedEntries
+        for d in (2, 3, 4):
+            assert sorted(t.children(d)) == sorted((n, i) for p, n, i in dirents if p == d)
+        if order == "catalog":
+            assert t.names.wasted() == 0

@@ -8,6 +8,7 @@ import pytest
 
 from packfs.dirents import PACKED_MAX, PackedEntries
 from packfs.errors import FsError
+from packfs.inodes import SMALL
 from packfs.namespace import RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT, Namespace
 
 REG = stat.S_IFREG | 0o644
@@ -261,8 +262,9 @@ def test_release_frees_all_records(ns):
 
 
 def test_directory_entries_change_form_and_keep_every_name(ns):
-    """A directory holds no name, one name in its own slot, packed names, or a dict past
-    PACKED_MAX bytes of names; every form answers the same."""
+    """A directory holds no name, one name in its own slot, a few names as one string in
+    the arena, packed names, or a dict past PACKED_MAX bytes of names; every form answers
+    the same."""
     t = ns.table
     d = ns.create(ROOT, b"d", DIR, 0, 0)
     assert (t.kid[d.ino], d.ino in t.dirs) == (0, False) and ns.listdir(d.ino) == [] and not d.has_children()
@@ -271,10 +273,19 @@ def test_directory_entries_change_form_and_keep_every_name(ns):
     assert ns.lookup(d.ino, b"a") == a and ns.lookup(d.ino, b"b") is None
     assert err(ns.create, d.ino, b"a", REG, 0, 0) == errno.EEXIST
     b = ns.create(d.ino, b"b", REG, 0, 0)
-    assert t.kid[d.ino] == 0 and t.dirs[d.ino].items() == [(b"a", a.ino), (b"b", b.ino)]
-    assert type(t.dirs[d.ino]) is PackedEntries
-    assert sorted(ns.listdir(d.ino)) == [(b"a", a.ino), (b"b", b.ino)]
-    many = [ns.create(d.ino, b"%032x" % i, REG, 0, 0) for i in range(PACKED_MAX // 33 + 1)]
+    assert t.kid[d.ino] == SMALL and d.ino not in t.dirs  # a few names: one string in the arena
+    assert ns.listdir(d.ino) == [(b"a", a.ino), (b"b", b.ino)] and ns.lookup(d.ino, b"b") == b
+    assert ns.lookup(d.ino, b"") is None and ns.lookup(d.ino, b"ab") is None
+    c = ns.create(d.ino, b"c", REG, 0, 0)
+    ns.unlink(d.ino, b"b")
+    assert t.kid[d.ino] == SMALL and ns.listdir(d.ino) == [(b"a", a.ino), (b"c", c.ino)]
+    ns.unlink(d.ino, b"c")  # one name left: back in the slot
+    assert (t.kid[d.ino], t.names.get(t.kname[d.ino]), d.ino in t.dirs) == (a.ino, b"a", False)
+    b = ns.create(d.ino, b"b", REG, 0, 0)
+    hashes = [ns.create(d.ino, b"%032x" % i, REG, 0, 0) for i in range(7)]  # past SMALL_MAX: packed
+    assert t.kid[d.ino] == 0 and type(t.dirs[d.ino]) is PackedEntries
+    assert ns.listdir(d.ino) == [(b"a", a.ino), (b"b", b.ino)] + [(b"%032x" % i, h.ino) for i, h in enumerate(hashes)]
+    many = hashes + [ns.create(d.ino, b"%032x" % i, REG, 0, 0) for i in range(7, PACKED_MAX // 33 + 1)]
     assert type(t.dirs[d.ino]) is dict and len(ns.listdir(d.ino)) == len(many) + 2  # past PACKED_MAX
     assert ns.lookup(d.ino, b"%032x" % 5) == many[5] and ns.lookup(d.ino, b"b") == b
     for i in range(len(many)):
