@@ -18,6 +18,7 @@ entries into a dict (see InodeTable.set_child).
 """
 from __future__ import annotations
 
+import binascii
 import struct
 from array import array
 from typing import Iterable
@@ -26,6 +27,21 @@ SEP = b"/"  # no name contains it
 PACKED_MAX = 16 << 10  # bytes of packed names: 4,096 suffixes of three characters fit
 SMALL_MAX = 256  # bytes of a directory's entries kept as one string: five Swift hashes fit
 _INO = struct.Struct("<I")
+_HEX = b"0123456789abcdef"
+_HEX_MARK = b"\0"  # no name contains it
+
+
+def stored_name(name: bytes) -> bytes:
+    """How a directory's one name is kept in the arena: a name of lowercase hex digits
+    (a Swift hash directory's 32) as its bytes behind a NUL (17 B), any other as it is."""
+    if len(name) % 2 or not name or name.translate(None, _HEX):
+        return name
+    return _HEX_MARK + binascii.unhexlify(name)
+
+
+def name_of(stored: bytes) -> bytes:
+    """The name a `stored_name` string keeps."""
+    return stored[1:].hex().encode() if stored[:1] == _HEX_MARK else stored
 
 
 def pack_small(items: list[tuple[bytes, int]]) -> bytes | None:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from . import extents as ext
 from .arena import MAX_LEN, Arena
-from .dirents import PACKED_MAX, PackedEntries, pack_small, small_get, small_items
+from .dirents import PACKED_MAX, PackedEntries, name_of, pack_small, small_get, small_items, stored_name
 
 ROOT = 1
 
@@ -408,7 +408,7 @@ class InodeTable:
                 for n, i in [(name, ino), *more]:
                     self.set_child(parent, n, i)
             elif not more:
-                kid[parent], kname[parent] = ino, add(name)
+                kid[parent], kname[parent] = ino, add(stored_name(name))
             else:
                 self._set_entries(parent, [(name, ino), *more])
 
@@ -557,7 +557,7 @@ class InodeTable:
         k = self.kid[d]
         if k == SMALL:
             return small_get(self.names.get(self.kname[d]), name)
-        return k if k and self.names.equals(self.kname[d], name) else None
+        return k if k and self.names.equals(self.kname[d], stored_name(name)) else None
 
     def children(self, d: int) -> list[tuple[bytes, int]]:
         big = self.dirs.get(d)
@@ -568,7 +568,7 @@ class InodeTable:
             return []
         if k == SMALL:
             return small_items(self.names.get(self.kname[d]))
-        return [(self.names.get(self.kname[d]), k)]
+        return [(name_of(self.names.get(self.kname[d])), k)]
 
     def has_children(self, d: int) -> bool:
         return d in self.dirs or self.kid[d] != 0
@@ -581,8 +581,8 @@ class InodeTable:
             return
         k = self.kid[d]
         if not k:
-            self.kid[d], self.kname[d] = ino, self.names.put(name)
-        elif k != SMALL and self.names.equals(self.kname[d], name):
+            self.kid[d], self.kname[d] = ino, self.names.put(stored_name(name))
+        elif k != SMALL and self.names.equals(self.kname[d], stored_name(name)):
             self.kid[d] = ino
         else:
             entries = dict(self.children(d))
@@ -597,7 +597,7 @@ class InodeTable:
             if len(big) <= 1:
                 del self.dirs[d]
                 for n, k in big.items():
-                    self.kid[d], self.kname[d] = k, self.names.put(n)
+                    self.kid[d], self.kname[d] = k, self.names.put(stored_name(n))
             return
         k = self.kid[d]
         if k == SMALL:
@@ -605,7 +605,7 @@ class InodeTable:
             rest = [(n, i) for n, i in entries if n != name]
             if len(rest) < len(entries):
                 self._set_entries(d, rest)
-        elif k and self.names.equals(self.kname[d], name):
+        elif k and self.names.equals(self.kname[d], stored_name(name)):
             self._clear_single(d)
 
     def _set_entries(self, d: int, entries: list[tuple[bytes, int]]) -> None:
@@ -614,7 +614,7 @@ class InodeTable:
         self._clear_single(d)
         if len(entries) == 1:
             (name, ino), = entries
-            self.kid[d], self.kname[d] = ino, self.names.put(name)
+            self.kid[d], self.kname[d] = ino, self.names.put(stored_name(name))
             return
         packed = pack_small(entries) if entries else None
         if packed is not None:

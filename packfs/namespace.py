@@ -179,7 +179,7 @@ class Namespace:
     def _new_name(self, parent: int, name: bytes) -> Inode:
         if len(name) > NAME_MAX:
             raise FsError(errno.ENAMETOOLONG)
-        if name in (b".", b"..") or b"/" in name or not name:
+        if name in (b".", b"..") or b"/" in name or b"\0" in name or not name:
             raise FsError(errno.EEXIST if name in (b".", b"..") else errno.EINVAL)
         d = self.dir(parent)
         if d.nlink == 0:

@@ -43,3 +43,24 @@ def test_names_of_one_length_are_indexed_by_offset_until_another_length_comes():
     assert e.width == 0 and e.get(b"fff") == 4095 and e.get(b"tmp.1763872345") == 9
     assert PackedEntries.restore(e.dump()).width == 0
     assert PackedEntries.restore(PackedEntries([(b"ab", 1), (b"cd", 2)]).dump()).width == 3
+
+
+def test_hex_names_are_stored_in_half_their_bytes_and_come_back_the_same():
+    from packfs.dirents import name_of, stored_name
+    h = b"d41d8cd98f00b204e9800998ecf8427e"  # a Swift hash directory's name
+    assert len(stored_name(h)) == 17 and name_of(stored_name(h)) == h
+    for name in (b"1763872345.12345.data", b"D41D8CD98F00B204E9800998ECF8427E", b"abc", b"0a1", b"tmp",
+                 b"\xff\xfe", b"0" * 254, b"ab" * 127 + b"g", b"00"):
+        assert name_of(stored_name(name)) == name
+    assert stored_name(b"D41D8CD98F00B204") == b"D41D8CD98F00B204"  # upper case: kept as it is
+
+
+def test_a_name_with_a_nul_is_refused():
+    """The NUL that marks a stored hex name is in no name (FUSE's names are C strings)."""
+    import errno
+
+    from packfs.errors import FsError
+    from packfs.namespace import ROOT, Namespace
+    with pytest.raises(FsError) as e:
+        Namespace.fresh().create(ROOT, b"\0abcd", 0o100644, 0, 0)
+    assert e.value.errno == errno.EINVAL
