@@ -194,8 +194,6 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
         table.set_owners(owners)
     except (ValueError, TypeError) as e:
         raise ImageError(f"its owners do not decode: {e}") from None
-    if len(table.owners) <= max(table.owner, default=0):
-        raise ImageError("an inode's owner is not in its list of owners")
     blobs = r.section()
     table.xblobs = _arena(table.xblobs.grain, blobs, *r.unmarshal((dict,)))
     if live != slots - table.mode.count(0):

@@ -609,17 +609,17 @@ class InodeTable:
             self._clear_single(d)
 
     def _set_entries(self, d: int, entries: list[tuple[bytes, int]]) -> None:
-        """Store a directory's entries in its slot: one name, a few, or PackedEntries if they
-        are too many (the directory is not in `dirs`)."""
+        """Store a directory's entries (at least one; the directory is not in `dirs`): one
+        name or a few in its slot, or PackedEntries if they are too many."""
         self._clear_single(d)
         if len(entries) == 1:
             (name, ino), = entries
             self.kid[d], self.kname[d] = ino, self.names.put(stored_name(name))
             return
-        packed = pack_small(entries) if entries else None
+        packed = pack_small(entries)
         if packed is not None:
             self.kid[d], self.kname[d] = SMALL, self.names.put(packed)
-        elif entries:
+        else:
             self.dirs[d] = PackedEntries(entries)
             self._dict_if_large(d)
 
