@@ -29,11 +29,23 @@ SMALL_MAX = 256  # bytes of a directory's entries kept as one string: five Swift
 _INO = struct.Struct("<I")
 _HEX = b"0123456789abcdef"
 _HEX_MARK = b"\0"  # no name contains it
+# A Swift file name, `<10 digits>.<5 digits><ext>`: its timestamp as a 7-byte number
+# (15 digits < 2^56), then the extension's index, behind a SEP (no name contains it).
+_STAMP_MARK = SEP
+_STAMP_EXTS = (b".data", b".meta", b".ts")
+_STAMP = struct.Struct(">Q")
 
 
 def stored_name(name: bytes) -> bytes:
     """How a directory's one name is kept in the arena: a name of lowercase hex digits
-    (a Swift hash directory's 32) as its bytes behind a NUL (17 B), any other as it is."""
+    (a Swift hash directory's 32) as its bytes behind a NUL (17 B), a Swift timestamp
+    name (`1732451234.56789.data`, 21 B) as its number and extension behind a SEP (9 B),
+    any other as it is."""
+    if name[10:11] == b"." and name[16:17] == b"." and name[:10].isdigit() and name[11:16].isdigit():
+        ext = name[16:]
+        if ext in _STAMP_EXTS:
+            return _STAMP_MARK + _STAMP.pack(int(name[:10] + name[11:16]))[1:] + bytes((_STAMP_EXTS.index(ext),))
+        return name
     if len(name) % 2 or not name or name.translate(None, _HEX):
         return name
     return _HEX_MARK + binascii.unhexlify(name)
@@ -41,7 +53,13 @@ def stored_name(name: bytes) -> bytes:
 
 def name_of(stored: bytes) -> bytes:
     """The name a `stored_name` string keeps."""
-    return stored[1:].hex().encode() if stored[:1] == _HEX_MARK else stored
+    mark = stored[:1]
+    if mark == _HEX_MARK:
+        return stored[1:].hex().encode()
+    if mark == _STAMP_MARK:
+        digits = b"%015d" % _STAMP.unpack(b"\0" + stored[1:8])[0]
+        return digits[:10] + b"." + digits[10:] + _STAMP_EXTS[stored[8]]
+    return stored
 
 
 def pack_small(items: list[tuple[bytes, int]]) -> bytes | None:

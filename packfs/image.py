@@ -38,7 +38,7 @@ from .inodes import InodeTable
 log = logging.getLogger(__name__)
 
 FILENAME = "namespace.img"
-VERSION = 3
+VERSION = 4
 _MAGIC = b"PKFSIMG\0"
 # magic, version, flags, token, the catalog stamp (volume, offset, seq, next_ino), slots, live inodes
 _HEADER = struct.Struct("<8sIIQ4QQQ")

@@ -20,13 +20,13 @@ import itertools
 import operator
 import stat
 import struct
-import zlib
 from array import array
 from typing import Any, Callable, Iterable, Iterator
 
 from . import extents as ext
-from .arena import MAX_LEN, Arena
+from .arena import Arena
 from .dirents import PACKED_MAX, PackedEntries, name_of, pack_small, small_get, small_items, stored_name
+from .xattrblob import compressed, compressible, is_compressed, iter_xattrs, pack_xattrs, plain
 
 ROOT = 1
 
@@ -36,7 +36,6 @@ ROOT = 1
 InodeRow = tuple
 
 _EXTENT = struct.Struct("<QIIQII")
-_XHEAD = struct.Struct("<HI")
 PACKED_EXTENTS_MAX = 8  # longer extent lists stay Python lists: cheap to edit
 
 
@@ -50,117 +49,9 @@ def unpack_extents(blob: bytes | None) -> list | None:
     return None if blob is None else list(_EXTENT.iter_unpack(blob))
 
 
-# Packed xattrs of XATTR_COMPRESS_MIN bytes or more are stored raw-deflated with a
-# preset dictionary, behind a two-byte prefix that names the dictionary and that no plain
-# blob starts with (its first field is a name length of at most 255: its second byte is 0).
-# Format 2 wrote `ff ff` and _XZ_DICT_2, made of Swift's keys in Python 2 pickles: the
-# ~440 B Swift 2.38 writes per object under Python 3 shrank only to ~255 B. Format 3
-# writes `ff fe` and _XZ_DICT_3, which adds the pickles Swift writes now (an object
-# server's PUT, a tombstone, more keys): ~105-135 B. On-disk format: never change these bytes.
-_XZ_DICT_2 = (b"\x13\x00\x00\x00\x00\x00user.swift.metadata\x80\x02}q\x00(X\x04\x00\x00\x00nameq\x01X"
-              b"\x0b\x00\x00\x00X-Timestampq\x03X\x0c\x00\x00\x00Content-Typeq\x05X\x18\x00\x00\x00"
-              b"application/octet-streamq\x06X\x04\x00\x00\x00ETagq\x07X \x00\x00\x00X\x0e\x00\x00\x00"
-              b"Content-Lengthq\x09X\x04\x00\x00\x004096X\x14\x00\x00\x00X-Object-Meta-X-Object-Sysmeta-"
-              b"X-Backend-Durable-TimestampX-Static-Large-Objectu.\x00user.swift.metadata_checksum/AUTH_")
-_XZ_DICT_3 = _XZ_DICT_2 + (
-    b'\x13\x00\xbe\x02\x00\x00user.swift.metadata\x80\x02}q\x00(c_codecs\nencode\nq\x01X\x0b'
-    b'\x00\x00\x00X-Timestampq\x02X\x06\x00\x00\x00latin1q\x03\x86q\x04Rq\x05h\x01X\x10\x00\x00'
-    b'\x001700000000.00000q\x06h\x03\x86q\x07Rq\x08h\x01X\x0c\x00\x00\x00Content-Typeq\th\x03'
-    b'\x86q\nRq\x0bh\x01X\x10\x00\x00\x00application/jsonq\x0ch\x03\x86q\rRq\x0eh\x01X\x0e\x00'
-    b'\x00\x00Content-Lengthq\x0fh\x03\x86q\x10Rq\x11h\x01X\x01\x00\x00\x000q\x12h\x03\x86q\x13'
-    b'Rq\x14h\x01X\x04\x00\x00\x00ETagq\x15h\x03\x86q\x16Rq\x17h\x01X \x00\x00\x00d41d8cd98f00b'
-    b'204e9800998ecf8427eq\x18h\x03\x86q\x19Rq\x1ah\x01X\x13\x00\x00\x00X-Object-Meta-Mtimeq'
-    b'\x1bh\x03\x86q\x1cRq\x1dh\x01X\x11\x00\x00\x001700000000.000000q\x1eh\x03\x86q\x1fRq h'
-    b'\x01X/\x00\x00\x00X-Object-Sysmeta-Container-Update-Override-Etagq!h\x03\x86q"Rq#h\x01X '
-    b'\x00\x00\x00d41d8cd98f00b204e9800998ecf8427eq$h\x03\x86q%Rq&h\x01X\x1b\x00\x00\x00X-Backe'
-    b"nd-Durable-Timestampq'h\x03\x86q(Rq)h\x01X\x10\x00\x00\x001700000000.00000q*h\x03\x86q+Rq"
-    b',h\x01X\x15\x00\x00\x00X-Static-Large-Objectq-h\x03\x86q.Rq/h\x01X\x04\x00\x00\x00Trueq0h'
-    b'\x03\x86q1Rq2h\x01X\x10\x00\x00\x00Content-Encodingq3h\x03\x86q4Rq5h\x01X\x04\x00\x00\x00'
-    b'gzipq6h\x03\x86q7Rq8h\x01X\x04\x00\x00\x00nameq9h\x03\x86q:Rq;h\x01X\x0e\x00\x00\x00/AUTH'
-    b'_test/c/oq<h\x03\x86q=Rq>u.\x1c\x00 \x00\x00\x00user.swift.metadata_checksum8dc4dbc87ee8c'
-    b'311a126094e0b08f17a\x13\x00T\x01\x00\x00user.swift.metadata\x80\x02}q\x00(c_codecs\nencod'
-    b'e\nq\x01X\x04\x00\x00\x00nameq\x02X\x06\x00\x00\x00latin1q\x03\x86q\x04Rq\x05h\x01X\x0e'
-    b'\x00\x00\x00/AUTH_test/c/oq\x06h\x03\x86q\x07Rq\x08h\x01X\x0b\x00\x00\x00X-Timestampq\th'
-    b'\x03\x86q\nRq\x0bh\x01X\x10\x00\x00\x001700000000.00000q\x0ch\x03\x86q\rRq\x0eh\x01X\x0c'
-    b'\x00\x00\x00Content-Typeq\x0fh\x03\x86q\x10Rq\x11h\x01X\x18\x00\x00\x00application/octet-'
-    b'streamq\x12h\x03\x86q\x13Rq\x14h\x01X\x04\x00\x00\x00ETagq\x15h\x03\x86q\x16Rq\x17h\x01X '
-    b'\x00\x00\x00d41d8cd98f00b204e9800998ecf8427eq\x18h\x03\x86q\x19Rq\x1ah\x01X\x0e\x00\x00'
-    b'\x00Content-Lengthq\x1bh\x03\x86q\x1cRq\x1dh\x01X\x04\x00\x00\x004096q\x1eh\x03\x86q\x1fR'
-    b'q u.\x1c\x00 \x00\x00\x00user.swift.metadata_checksumbe916345d41757e59c036aecce89a8ce\x13'
-    b'\x00\x94\x00\x00\x00user.swift.metadata\x80\x02}q\x00(c_codecs\nencode\nq\x01X\x0b\x00'
-    b'\x00\x00X-Timestampq\x02X\x06\x00\x00\x00latin1q\x03\x86q\x04Rq\x05h\x01X\x10\x00\x00\x00'
-    b'1700000000.00000q\x06h\x03\x86q\x07Rq\x08h\x01X\x04\x00\x00\x00nameq\th\x03\x86q\nRq\x0bh'
-    b'\x01X\x0e\x00\x00\x00/AUTH_test/c/oq\x0ch\x03\x86q\rRq\x0eu.\x1c\x00 \x00\x00\x00user.swi'
-    b'ft.metadata_checksumf356c9058d05ae8e7f7daea563b76853\x13\x00T\x01\x00\x00user.swift.metad'
-    b'ata\x80\x02}q\x00(c_codecs\nencode\nq\x01X\x0b\x00\x00\x00X-Timestampq\x02X\x06\x00\x00'
-    b'\x00latin1q\x03\x86q\x04Rq\x05h\x01X\x10\x00\x00\x001700000000.00000q\x06h\x03\x86q\x07Rq'
-    b'\x08h\x01X\x0c\x00\x00\x00Content-Typeq\th\x03\x86q\nRq\x0bh\x01X\x18\x00\x00\x00applicat'
-    b'ion/octet-streamq\x0ch\x03\x86q\rRq\x0eh\x01X\x0e\x00\x00\x00Content-Lengthq\x0fh\x03\x86'
-    b'q\x10Rq\x11h\x01X\x04\x00\x00\x004096q\x12h\x03\x86q\x13Rq\x14h\x01X\x04\x00\x00\x00ETagq'
-    b'\x15h\x03\x86q\x16Rq\x17h\x01X \x00\x00\x00d41d8cd98f00b204e9800998ecf8427eq\x18h\x03\x86'
-    b'q\x19Rq\x1ah\x01X\x04\x00\x00\x00nameq\x1bh\x03\x86q\x1cRq\x1dh\x01X\x0e\x00\x00\x00/AUTH'
-    b'_test/c/oq\x1eh\x03\x86q\x1fRq u.\x1c\x00 \x00\x00\x00user.swift.metadata_checksum17abe44'
-    b'10846e804e7105a0ebf261886')
-_XZ_DICTS = {b"\xff\xff": _XZ_DICT_2, b"\xff\xfe": _XZ_DICT_3}
-_XZ_PREFIX = b"\xff\xfe"  # what is compressed now uses _XZ_DICT_3
-XATTR_COMPRESS_MIN = 128
-XATTRS_MAX = MAX_LEN  # all of one inode's xattrs, packed plain: they are one arena string
-
-
-def pack_xattrs(xattrs: dict[bytes, bytes] | None, compress: bool = True) -> bytes | None:
-    if not xattrs:
-        return None
-    blob = b"".join([_XHEAD.pack(len(k), len(v)) + k + v for k, v in xattrs.items()])
-    return _compressed(blob) if compress else blob
-
-
-def packed_size(xattrs: dict[bytes, bytes]) -> int:
-    """The plain packed size of a set of xattrs (at most XATTRS_MAX)."""
-    return sum(_XHEAD.size + len(k) + len(v) for k, v in xattrs.items())
-
-
-def _compressible(blob: bytes) -> bool:
-    """A plain packed blob big enough to try compressing."""
-    return len(blob) >= XATTR_COMPRESS_MIN and bytes(blob[:2]) not in _XZ_DICTS
-
-
-def _compressed(blob: bytes) -> bytes:
-    """A plain packed blob, compressed if that makes it smaller (9 us for Swift's metadata)."""
-    if _compressible(blob):
-        c = zlib.compressobj(6, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, _XZ_DICT_3)
-        packed = c.compress(blob) + c.flush()
-        if len(packed) + len(_XZ_PREFIX) < len(blob):
-            return _XZ_PREFIX + packed
-    return blob
-
-
-def _plain(blob: bytes) -> bytes:
-    """A packed xattr blob, decompressed if it was stored compressed."""
-    zdict = _XZ_DICTS.get(bytes(blob[:2]))
-    if zdict is not None:
-        return zlib.decompressobj(-15, zdict).decompress(memoryview(blob)[2:])
-    return blob
-
-
-def _iter_xattrs(blob: bytes) -> Iterator[tuple[bytes, int, int]]:
-    """(name, value start, value end) for each xattr in a plain packed blob."""
-    pos = 0
-    while pos < len(blob):
-        nlen, vlen = _XHEAD.unpack_from(blob, pos)
-        pos += _XHEAD.size
-        yield blob[pos:pos + nlen], pos + nlen, pos + nlen + vlen
-        pos += nlen + vlen
-
-
-def unpack_xattrs(blob: bytes | None) -> dict[bytes, bytes] | None:
-    if not blob:
-        return None
-    blob = _plain(blob)
-    return {name: blob[a:b] for name, a, b in _iter_xattrs(blob)}
-
-
 _FETCHED_MAX = 256
-XATTR_GRAIN = 16  # xattr blobs take arena space in steps of this many bytes
+_DECODED_MAX = 64  # inodes whose xattrs are kept decoded: a Swift GET reads them ~5 times
+XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swift's: ~50 B)
 
 # Each column's array typecode. Inode numbers (parent, kid) are below INO_MAX, so u32;
 # a mode fits u16. A slot is 68 B, and a byte of `xcat`. `kid` and `kname` hold a
@@ -229,6 +120,7 @@ class InodeTable:
         self.fetch_xattrs: Callable[[int], bytes | None] = lambda ino: None  # from the catalog
         self._fetched: dict[int, bytes] = {}  # the last few values fetched (a GET reads them ~5 times)
         self._uncompressed: set[int] = set()  # set by setxattr since the last compress_xattrs
+        self._decoded: dict[int, tuple[bytes, bytes]] = {}  # the last few read: (stored blob, plain blob)
         # Extent maps of regular files; absent means empty. A file whose map is one whole
         # record (most Swift objects smaller than disk_chunk_size) has it in the `rec` and
         # `rlen` columns instead (no memory of its own: they are `kname` and `kid`); others
@@ -493,6 +385,21 @@ class InodeTable:
             self._fetched[ino] = x  # type: ignore[assignment]
         return x  # type: ignore[return-value]
 
+    def plain_xattrs(self, ino: int) -> bytes | None:
+        """An inode's xattrs, packed plain. Decoding Swift's metadata takes ~10 us (its
+        pickle is made again), so the last few are kept, checked against the stored blob."""
+        x = self.packed_xattrs(ino)
+        if x is None or not is_compressed(x):
+            return x
+        kept = self._decoded.get(ino)
+        if kept is not None and kept[0] == x:
+            return kept[1]
+        p = plain(x)
+        if len(self._decoded) >= _DECODED_MAX:
+            del self._decoded[next(iter(self._decoded))]
+        self._decoded[ino] = (x, p)
+        return p
+
     def xattrs_in_memory(self) -> int:
         """How many inodes have their xattr values in memory."""
         return len(self.xat) - self.xat.count(0)
@@ -504,7 +411,7 @@ class InodeTable:
         self.xblobs.release(old)
         self.xcat[ino] = 0  # (no value hides whatever the catalog holds)
         self._fetched.pop(ino, None)
-        if packed and _compressible(packed):
+        if packed and compressible(packed):
             self._uncompressed.add(ino)
 
     def compress_xattrs(self, limit: int = 1 << 62) -> bool:
@@ -520,7 +427,7 @@ class InodeTable:
             ref = xat[ino]
             if ref:
                 x = blobs.get(ref)
-                packed = _compressed(x)
+                packed = compressed(x)
                 if packed is not x:
                     xat[ino] = blobs.put(packed)
                     blobs.release(ref)
@@ -751,25 +658,25 @@ class Inode:
     @property
     def xattrs(self) -> dict[bytes, bytes] | None:
         """The xattrs, unpacked for editing."""
-        return unpack_xattrs(self.t.packed_xattrs(self.ino))
+        x = self.t.plain_xattrs(self.ino)
+        return {name: x[a:b] for name, a, b in iter_xattrs(x)} if x else None
 
     @xattrs.setter
     def xattrs(self, value: dict[bytes, bytes] | None) -> None:
         self.t.set_xattrs(self.ino, pack_xattrs(value, compress=False))  # see compress_xattrs
 
     def getxattr(self, name: bytes) -> bytes | None:
-        x = self.t.packed_xattrs(self.ino)
+        x = self.t.plain_xattrs(self.ino)
         if x is None:
             return None
-        x = _plain(x)
-        for n, a, b in _iter_xattrs(x):
+        for n, a, b in iter_xattrs(x):
             if n == name:
                 return x[a:b]
         return None
 
     def xattr_names(self) -> list[bytes]:
-        x = self.t.packed_xattrs(self.ino)
-        return [n for n, _, _ in _iter_xattrs(_plain(x))] if x else []
+        x = self.t.plain_xattrs(self.ino)
+        return [n for n, _, _ in iter_xattrs(x)] if x else []
 
     def row(self) -> InodeRow:
         return self.t.row(self.ino)

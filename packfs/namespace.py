@@ -16,7 +16,8 @@ from typing import Callable, Iterable, Iterator
 
 from . import extents as ext
 from .errors import FsError, enoent
-from .inodes import INO_MAX, ROOT, XATTRS_MAX, Inode, InodeRow, InodeTable, packed_size
+from .inodes import INO_MAX, ROOT, Inode, InodeRow, InodeTable
+from .xattrblob import XATTRS_MAX, packed_size
 
 NAME_MAX = 255
 XATTR_SIZE_MAX = 65536

@@ -7,7 +7,8 @@ import pytest
 
 from packfs.catalog import Catalog, CatalogError
 from packfs.journal import snapshot
-from packfs.inodes import pack_extents, pack_xattrs, unpack_extents, unpack_xattrs
+from packfs.inodes import pack_extents, unpack_extents
+from packfs.xattrblob import pack_xattrs, unpack_xattrs
 from packfs.namespace import ROOT, Namespace
 from packfs.recovery import load_namespace
 

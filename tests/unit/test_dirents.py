@@ -55,6 +55,17 @@ def test_hex_names_are_stored_in_half_their_bytes_and_come_back_the_same():
     assert stored_name(b"D41D8CD98F00B204") == b"D41D8CD98F00B204"  # upper case: kept as it is
 
 
+def test_swift_timestamp_names_are_stored_in_9_bytes_and_come_back_the_same():
+    from packfs.dirents import name_of, stored_name
+    for name in (b"1763872345.12345.data", b"0000000000.00000.ts", b"9999999999.99999.meta"):
+        assert len(stored_name(name)) == 9 and name_of(stored_name(name)) == name
+    # anything else is kept as it is: another extension, an offset, other digits, a suffix
+    for name in (b"1763872345.12345.durable", b"1763872345.12345_0000000000000001.data",
+                 b"176387234a.12345.data", b"1763872345.1234.data", b"1763872345.12345.data.tmp",
+                 b"1763872345.12345.", b"+763872345.12345.data", b"1763872345/12345.data"):
+        assert stored_name(name) == name and name_of(name) == name
+
+
 def test_a_name_with_a_nul_is_refused():
     """The NUL that marks a stored hex name is in no name (FUSE's names are C strings)."""
     import errno

@@ -5,7 +5,8 @@ import pytest
 from test_catalog import build
 
 from packfs import records
-from packfs.inodes import OWNERS_NARROW, ROOT, Inode, InodeTable, pack_extents, pack_xattrs
+from packfs.inodes import OWNERS_NARROW, ROOT, Inode, InodeTable, pack_extents
+from packfs.xattrblob import pack_xattrs
 from packfs.namespace import Namespace
 
 REG = stat.S_IFREG | 0o644

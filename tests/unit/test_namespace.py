@@ -8,7 +8,7 @@ import pytest
 
 from packfs.dirents import PACKED_MAX, PackedEntries
 from packfs.errors import FsError
-from packfs.inodes import SMALL
+from packfs.inodes import SMALL, XATTR_GRAIN
 from packfs.namespace import RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT, Namespace
 
 REG = stat.S_IFREG | 0o644
@@ -305,7 +305,7 @@ def test_large_xattrs_are_stored_compressed_and_read_back_exactly(ns):
     import os
     import pickle
 
-    from packfs.inodes import XATTR_COMPRESS_MIN, pack_xattrs, unpack_xattrs
+    from packfs.xattrblob import XATTR_COMPRESS_MIN, pack_xattrs, unpack_xattrs
     f = ns.create(ROOT, b"f", REG, 0, 0)
     meta = pickle.dumps({"name": "/AUTH_test/c/o", "X-Timestamp": "1763872345.12345", "ETag": "0" * 32,
                          "Content-Type": "application/octet-stream", "Content-Length": "4096"}, protocol=2)
@@ -346,7 +346,7 @@ def test_xattr_arena_space_is_reused_as_swift_rewrites_metadata(ns):
     assert ns.getxattr(files[7].ino, b"user.swift.metadata_checksum") == b"%032x" % 49
     ns.release(ns.unlink(ROOT, b"f7"))
     live = [ns.table.packed_xattrs(f.ino) for f in files if f.ino != files[7].ino]
-    assert ns.table.xblobs.used == sum(-(-len(x) // 16) * 16 for x in live)
+    assert ns.table.xblobs.used == sum(-(-len(x) // XATTR_GRAIN) * XATTR_GRAIN for x in live)
 
 
 def test_one_inodes_xattrs_are_limited_in_all(ns, monkeypatch):
@@ -369,26 +369,76 @@ def test_inode_numbers_stay_below_the_columns_limit(ns):
     assert e.value.errno == errno.ENOSPC and ns.lookup(ROOT, b"one-too-many") is None
 
 
-def test_swifts_metadata_compresses_to_a_third_and_format_2_blobs_still_read():
-    """Swift under Python 3 pickles its metadata with bytes keys and values (~440 B with
-    the checksum); format 3's dictionary knows that framing. A blob format 2 compressed
-    with its own dictionary reads back the same."""
+def swift_xattrs(**metadata: str) -> dict[bytes, bytes]:
+    """The two xattrs Swift 2.38 sets on an object under Python 3 (diskfile.write_metadata)."""
     import hashlib
+    import pickle
+
+    from swift.obj.diskfile import PICKLE_PROTOCOL, _encode_metadata
+    meta = pickle.dumps(_encode_metadata(metadata), PICKLE_PROTOCOL)
+    return {b"user.swift.metadata": meta, b"user.swift.metadata_checksum": hashlib.md5(meta).hexdigest().encode()}
+
+
+def test_swifts_metadata_is_stored_in_the_swift_form_and_formats_2_and_3_still_read():
+    """Swift under Python 3 pickles its metadata with bytes keys and values (~440 B with
+    the checksum). The Swift form keeps the dict's items and derives the checksum: a
+    sixth of that. Blobs formats 2 and 3 compressed with their own dictionaries read back
+    the same."""
+    import zlib
+
+    from packfs.xattrblob import _XZ_DICT_2, _XZ_DICT_3, pack_xattrs, unpack_xattrs
+    xattrs = swift_xattrs(**{"X-Timestamp": "1763872345.12345", "Content-Type": "application/octet-stream",
+                             "Content-Length": "4096", "ETag": "3f9a" * 8, "name": "/AUTH_test/c/obj-000042"})
+    plain = pack_xattrs(xattrs, compress=False)
+    stored = pack_xattrs(xattrs)
+    assert len(plain) > 420 and stored[:2] == b"\xff\xfd" and len(stored) < len(plain) // 6
+    assert unpack_xattrs(stored) == xattrs
+    for prefix, zdict in ((b"\xff\xff", _XZ_DICT_2), (b"\xff\xfe", _XZ_DICT_3)):
+        c = zlib.compressobj(6, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, zdict)
+        assert unpack_xattrs(prefix + c.compress(plain) + c.flush()) == xattrs
+
+
+def test_the_swift_form_keeps_every_pickle_and_xattr_exactly():
+    """A tombstone, empty and repeated values, other xattrs around Swift's, a checksum
+    that is not the pickle's MD5, metadata that is not a Swift pickle: each reads back
+    byte for byte, in the Swift form where it applies, compressed otherwise."""
     import pickle
     import zlib
 
-    from swift.obj.diskfile import PICKLE_PROTOCOL, _encode_metadata
+    from packfs.xattrblob import _XZ_DICT_4, pack_xattrs, unpack_xattrs
+    assert zlib.crc32(_XZ_DICT_4) == 0x70375D71  # on-disk format: the dictionary never changes
+    tomb = swift_xattrs(**{"X-Timestamp": "1763872345.12345", "name": "/AUTH_test/c/gone"})
+    empties = swift_xattrs(**{"X-Timestamp": "1763872345.12345", "name": "/AUTH_test/c/o", "Content-Length": "0",
+                              "X-Object-Meta-A": "0", "X-Object-Meta-Empty": "", "X-Object-Meta-Twin": "0"})
+    wrong_sum = {**tomb, b"user.swift.metadata_checksum": b"0" * 32}
+    others = {b"user.rsync.%stat": b"100644 0,0 0:0", **tomb, b"user.z": b"after"}
+    after = {**swift_xattrs(**{"X-Timestamp": "1763872345.12345", "name": "/AUTH_test/c/o"}), b"user.z": b"z" * 200}
+    str_pickle = {b"user.swift.metadata": pickle.dumps({"name": "/AUTH_test/c/o", "X-Timestamp": "1" * 16}, 2) * 2}
+    evil = {b"user.swift.metadata": b"\x80\x02cos\nsystem\nX\x04\x00\x00\x00trueq\x00\x85R." + b"." * 200}
+    for xattrs, form in ((tomb, b"\xff\xfd"), (empties, b"\xff\xfd"), (wrong_sum, b"\xff\xfd"),
+                         (after, b"\xff\xfd"), (others, b"\xff\xfe"), (str_pickle, b"\xff\xfe"), (evil, b"\xff\xfe")):
+        stored = pack_xattrs(xattrs)
+        assert stored[:2] == form and unpack_xattrs(stored) == xattrs
+        assert list(unpack_xattrs(stored)) == list(xattrs)  # in their order
 
-    from packfs.inodes import _XZ_DICT_2, pack_xattrs, unpack_xattrs
-    meta = pickle.dumps(_encode_metadata({
-        "X-Timestamp": "1763872345.12345", "Content-Type": "image/jpeg", "Content-Length": "81234",
-        "ETag": hashlib.md5(b"photo").hexdigest(), "name": "/AUTH_9f3c/photos/2026/11/img_0042.jpg"}),
-        PICKLE_PROTOCOL)
-    xattrs = {b"user.swift.metadata": meta, b"user.swift.metadata_checksum": hashlib.md5(meta).hexdigest().encode()}
-    plain = pack_xattrs(xattrs, compress=False)
-    stored = pack_xattrs(xattrs)
-    assert len(plain) > 420 and stored[:2] == b"\xff\xfe" and len(stored) < len(plain) // 3
-    assert unpack_xattrs(stored) == xattrs
-    c = zlib.compressobj(6, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, _XZ_DICT_2)
-    old = b"\xff\xff" + c.compress(plain) + c.flush()
-    assert unpack_xattrs(old) == xattrs
+
+def test_a_swift_form_blob_that_pickles_differently_fails_with_eio(monkeypatch):
+    from packfs import xattrblob
+    stored = xattrblob.pack_xattrs(swift_xattrs(**{"X-Timestamp": "1763872345.12345", "name": "/AUTH_test/c/o"}))
+    monkeypatch.setattr(xattrblob, "_PICKLE_PROTOCOL", 3)  # a pickler that writes other bytes
+    with pytest.raises(FsError) as e:
+        xattrblob.unpack_xattrs(stored)
+    assert e.value.errno == errno.EIO
+
+
+def test_decoded_xattrs_are_kept_for_the_next_read_and_never_stale(ns):
+    xattrs = swift_xattrs(**{"X-Timestamp": "1763872345.12345", "name": "/AUTH_test/c/o"})
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    for name, value in xattrs.items():
+        ns.setxattr(f.ino, name, value)
+    ns.table.compress_xattrs()
+    assert ns.getxattr(f.ino, b"user.swift.metadata_checksum") == xattrs[b"user.swift.metadata_checksum"]
+    assert ns.table._decoded[f.ino][1] is ns.table.plain_xattrs(f.ino)  # the second read decodes nothing
+    ns.setxattr(f.ino, b"user.swift.metadata_checksum", b"1" * 32)
+    ns.table.compress_xattrs()
+    assert ns.getxattr(f.ino, b"user.swift.metadata_checksum") == b"1" * 32

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from packfs import pack as packmod
-from packfs import records
+from packfs import records, xattrblob
 from packfs.disk import Disk
 from packfs.filesystem import Filesystem
 from packfs.namespace import ROOT
@@ -378,7 +378,7 @@ SWIFT_META = b"\x80\x02}q\x00(X\x04\x00\x00\x00nameq\x01X\x0e\x00\x00\x00/AUTH_t
 
 
 def is_compressed(blob: bytes | None) -> bool:
-    return blob is not None and blob[:2] == b"\xff\xfe"  # format 3's dictionary
+    return blob is not None and xattrblob.is_compressed(blob)
 
 
 def test_xattrs_are_compressed_after_the_commit_and_replay_plain_or_not(packdir):
