@@ -14,8 +14,9 @@ The check, read-only:
    point at an intact DATA record of its own inode and length; intact DATA records no
    extent refers to are orphans (space leaks); META records before the checkpoint
    position should have been punched; directory entries, link counts, parent pointers,
-   reachability and shared-record counts must agree. Every finding names the files it
-   touches by path.
+   reachability and shared-record counts must agree, and every inode's xattrs must read
+   back (unreadable ones are named and left as they are). Every finding names the files
+   it touches by path.
 
 Exit status: 0 clean, 1 problems found (with --repair: problems remain after repair),
 2 the check could not run (pack in use, not a pack).
@@ -49,6 +50,7 @@ from . import extents as ext
 from . import pack as packmod
 from .catalog import Catalog, CatalogError
 from .disk import Disk
+from .errors import FsError
 from .inodes import ROOT, Inode
 from .namespace import Namespace
 from .recovery import PackDamaged, _batch_intact, load_namespace, read_record, replay
@@ -509,6 +511,14 @@ def cross_check(ns: Namespace, scan: Scan, checkpoint: tuple[int, int], end: tup
         if node.nlink != want:
             found.append(Finding("nlink", f"{_name(paths, node.ino)}: link count {node.nlink}, should be {want}",
                                  ino=node.ino))
+    # Xattrs: every blob must read back (the Swift form is checked against its pickle's CRC).
+    for node in ns:
+        try:
+            node.xattr_names()
+        except FsError:
+            found.append(Finding("unreadable-xattrs", f"{_name(paths, node.ino)}: its xattrs do not read back: "
+                                 "Swift's metadata pickles differently here than when it was stored (left as "
+                                 "it is: a packfs on the Python that stored it reads it)", ino=node.ino))
     top = ns.max_ino()
     if ns.next_ino <= top:
         found.append(Finding("next-ino", f"next inode number {ns.next_ino} is not above the largest, {top}"))

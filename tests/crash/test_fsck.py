@@ -332,3 +332,32 @@ def test_progress_names_each_step(tmp_path: Path) -> None:
     quiet: list[str] = []
     fsck.check(str(root), out=lambda line: None, progress=fsck.Progress(every=3600, write=quiet.append))
     assert quiet == []  # a check shorter than the interval prints nothing
+
+
+def test_xattrs_that_do_not_read_back_are_named_and_kept(tmp_path: Path, monkeypatch) -> None:
+    """A blob in the Swift form that pickles back to other bytes (a pickler that changed)
+    is a problem fsck names; repair leaves it, since the right pickler reads it."""
+    import hashlib
+    import pickle
+
+    from packfs import xattrblob
+    meta = pickle.dumps({b"name": b"/AUTH_test/c/o", b"X-Timestamp": b"1763872345.12345"}, 2)
+    swift = {b"user.swift.metadata": meta, b"user.swift.metadata_checksum": hashlib.md5(meta).hexdigest().encode()}
+
+    async def one_object(fs) -> None:
+        await write_file(fs, "/objects/a/1763872345.12345.data", b"x" * 100, xattrs=swift)
+
+    root = tmp_path / "pack"
+    run(root, Disk(), one_object)
+    assert check(root).exit_code == 0
+    monkeypatch.setattr(xattrblob, "_PICKLE_PROTOCOL", 3)
+    rep = check(root)
+    assert kinds(rep) == {"unreadable-xattrs"} and "/objects/a/1763872345.12345.data" in rep.problems[0].message
+    rep, _ = repair(root)
+    assert kinds(rep) == {"unreadable-xattrs"} and rep.exit_code == 1
+    monkeypatch.undo()
+    assert check(root).exit_code == 0
+
+    async def read_back(fs) -> dict:
+        return await tree(fs)
+    assert run(root, Disk(), read_back)["/objects/a/1763872345.12345.data@"] == swift
