@@ -195,7 +195,22 @@ class ScaleBench:
                 self._add("scale.rss_per_file.mount", t, (rss - rss_empty) / self.n,
                           label=f"packfs daemon RSS per stored file at {self.nk}, right after mount",
                           unit="B/file", better="lower", absolute=True, minor=True)
+            self.memory_parts(t)
         log(msg)
+
+    def memory_parts(self, t) -> None:
+        """Where the daemon's memory per stored object goes, from `packfs stats`: the inode
+        columns, the names and xattr arenas (each with its free space), and inodes per object."""
+        st = t.stats()
+        parts = {"inode columns": st["column_bytes"], "names arena": st["arena_bytes"]["names"],
+                 "xattr arena": st["arena_bytes"]["xattrs"]}
+        for what, size in parts.items():
+            self._add(f"scale.memory.{what.replace(' ', '_')}", t, size / self.n,
+                      label=f"packfs memory per stored file at {self.nk}, right after mount: {what}",
+                      unit="B/file", better="lower", absolute=True, minor=True)
+        self._add("scale.memory.inodes", t, st["inodes"] / self.n,
+                  label=f"packfs inodes per stored file at {self.nk}", unit="inodes", better="lower",
+                  absolute=True, minor=True)
 
     def _walk(self, t, cg) -> dict:
         kw = {}

@@ -202,6 +202,7 @@ def format_stats(s: dict) -> str:
         f"live / dead    {_size(s['live_bytes']):>12} / {_size(s['dead_bytes'])}   "
         f"(disk holds {_size(s['disk_allocated_bytes'])}, punched {_size(s['punched_bytes'])})",
         f"daemon RSS     {_size(s['rss_bytes']):>12}   ({s['rss_per_file']:.0f} B per file)",
+        f"inode columns  {_size(s['column_bytes']):>12}   ({s['inodes']:,} inodes)",
         f"arenas         {_size(s['arena_bytes']['names']):>12}   of names "
         f"({_size(s['arena_free_bytes']['names'])} free); {_size(s['arena_bytes']['xattrs'])} of xattrs "
         f"({_size(s['arena_free_bytes']['xattrs'])} free)",

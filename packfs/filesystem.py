@@ -218,6 +218,7 @@ class Filesystem:
             "last_checkpoint_seconds": round(self.journal.last_checkpoint_seconds, 3),
             "dirty_bytes": self.wb.dirty_bytes,
             "xattr_values_in_memory": self.ns.table.xattrs_in_memory(),  # others are read from the catalog
+            "column_bytes": t.column_bytes(),
             "arena_bytes": {"names": len(t.names.data), "xattrs": len(t.xblobs.data)},
             "arena_free_bytes": {"names": t.names.wasted(), "xattrs": t.xblobs.wasted()},
             "rss_bytes": rss, "rss_per_file": rss / max(1, files),

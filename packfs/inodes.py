@@ -181,6 +181,10 @@ class InodeTable:
             column.frombytes(bytes(column.itemsize * more))
         self.xcat.extend(bytes(more))
 
+    def column_bytes(self) -> int:
+        """Bytes the columns hold (every slot, free and headroom too): what `stats` shows."""
+        return sum(getattr(self, name).itemsize * len(getattr(self, name)) for name in COLUMNS) + len(self.xcat)
+
     def exists(self, ino: int) -> bool:
         return 0 < ino < len(self.mode) and self.mode[ino] != 0
 

@@ -326,3 +326,10 @@ def test_loaded_entries_take_their_final_form_at_once():
             assert sorted(t.children(d)) == sorted((n, i) for p, n, i in dirents if p == d)
         if order == "catalog":
             assert t.names.wasted() == 0
+
+
+def test_a_slot_is_68_bytes_and_a_byte_of_xcat():
+    """What `packfs stats` reports as the inode columns: 69 B per slot, free and headroom too."""
+    t = InodeTable()
+    t.grow(5000)
+    assert len(t.mode) >= 5000 and t.column_bytes() == 69 * len(t.mode)
