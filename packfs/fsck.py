@@ -515,10 +515,9 @@ def cross_check(ns: Namespace, scan: Scan, checkpoint: tuple[int, int], end: tup
     for node in ns:
         try:
             node.xattr_names()
-        except FsError:
-            found.append(Finding("unreadable-xattrs", f"{_name(paths, node.ino)}: its xattrs do not read back: "
-                                 "Swift's metadata pickles differently here than when it was stored (left as "
-                                 "it is: a packfs on the Python that stored it reads it)", ino=node.ino))
+        except FsError as e:
+            found.append(Finding("unreadable-xattrs", f"{_name(paths, node.ino)}: its xattrs do not read back "
+                                 f"({e.args[1]}); left as they are", ino=node.ino))
     top = ns.max_ino()
     if ns.next_ino <= top:
         found.append(Finding("next-ino", f"next inode number {ns.next_ino} is not above the largest, {top}"))

@@ -111,7 +111,8 @@ def _sections(table: InodeTable, slots: int) -> Iterator[bytes | memoryview]:
     packed = {d: e.dump() for d, e in table.dirs.items() if type(e) is PackedEntries}
     dicts = {d: e for d, e in table.dirs.items() if type(e) is dict}
     yield marshal.dumps((names.free_lists(), packed, dicts), _MARSHAL_VERSION)
-    yield marshal.dumps((table.rdev, table.target, table.extents, table.owners), _MARSHAL_VERSION)
+    yield marshal.dumps((table.rdev, table.target, table.extents, table.owners, table.wide_nlink, table.wide_size),
+                        _MARSHAL_VERSION)
     yield memoryview(xblobs.data)
     yield marshal.dumps(xblobs.free_lists(), _MARSHAL_VERSION)
 
@@ -191,7 +192,8 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
         table.dirs.update((d, PackedEntries.restore(e)) for d, e in packed.items())
     except (ValueError, TypeError) as e:
         raise ImageError(f"its directory entries do not decode: {e}") from None
-    table.rdev, table.target, table.extents, owners = r.unmarshal((dict, dict, dict, list))
+    table.rdev, table.target, table.extents, owners, table.wide_nlink, table.wide_size = \
+        r.unmarshal((dict, dict, dict, list, dict, dict))
     try:
         table.set_owners(owners)
     except (ValueError, TypeError) as e:

@@ -3,7 +3,7 @@
 A Swift object is three inodes (suffix directory, hash directory, .data file), and a
 million objects are three million inodes. As Python objects they cost about 600 B each
 (the object, its boxed integers, a dict slot); as a slot in these columns they cost
-68 B. Names and xattr values are strings in arenas (arena.py), referred to from
+60 B. Names and xattr values are strings in arenas (arena.py), referred to from
 columns. Rare or variable-sized fields (device numbers, symlink targets, extent maps,
 entries of directories with several names) live in dicts keyed by inode number.
 Xattr values are kept in memory too, unless `keep_xattrs` is off: then they stay in the
@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Iterator
 from . import extents as ext
 from .arena import Arena
 from .dirents import PACKED_MAX, PackedEntries, name_of, pack_small, small_get, small_items, stored_name
-from .xattrblob import compressed, compressible, is_compressed, iter_xattrs, pack_xattrs, plain
+from .xattrblob import compressed, compressible, is_compressed, iter_xattrs, pack_xattrs, plain, unpack_xattrs
 
 ROOT = 1
 
@@ -54,14 +54,21 @@ _DECODED_MAX = 64  # inodes whose xattrs are kept decoded: a Swift GET reads the
 XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swift's: ~50 B)
 
 # Each column's array typecode. Inode numbers (parent, kid) are below INO_MAX, so u32;
-# a mode fits u16. A slot is 68 B, and a byte of `xcat`. `kid` and `kname` hold a
+# a mode fits u16. A slot is 60 B, and a byte of `xcat`. `kid` and `kname` hold a
 # directory's one entry, and a regular file's one whole record (as `rlen` and `rec`): no
 # inode needs both, so they share the columns. `owner` numbers a (uid, gid) pair in
 # `owners`: a disk's files have a handful of owners (Swift's: one). It is u16 until a
 # table has more than OWNERS_NARROW pairs, then u32.
-COLUMNS = {"mode": "H", "owner": "H", "nlink": "I", "parent": "I", "kid": "I",
-           "lookups": "I", "size": "q", "atime": "q", "mtime": "q", "ctime": "q", "kname": "q",
+# `nlink`, `lookups` and `size` are narrower than their values may be (see NARROW_TOPS).
+COLUMNS = {"mode": "H", "owner": "H", "nlink": "H", "parent": "I", "kid": "I",
+           "lookups": "H", "size": "I", "atime": "q", "mtime": "q", "ctime": "q", "kname": "q",
            "xat": "q"}
+# A value at or past its narrow column's top is kept in the table's `wide_<column>` dict,
+# and the column holds the top: files of 4 GiB or more, directories with more than
+# 65,532 subdirectories (a Swift objects directory on a disk of a big ring), inodes the
+# kernel took 65,535 references to. They are rare; the narrow columns save 8 B a slot.
+NARROW_TOPS = {"nlink": 0xFFFF, "lookups": 0xFFFF, "size": 0xFFFFFFFF}
+_NLINK_TOP, _SIZE_TOP = NARROW_TOPS["nlink"], NARROW_TOPS["size"]
 RUNTIME_COLUMNS = ("lookups",)  # what only a running mount has: never saved
 OWNERS_NARROW = 1 << 16
 INO_MAX = (1 << 32) - 1  # inode numbers stay below this (numbers are reused, so it bounds live inodes)
@@ -131,6 +138,9 @@ class InodeTable:
         # column, because a walk makes the kernel hold every inode), open handles and
         # write buffers (dicts: few inodes have them).
         self.lookups = array(COLUMNS["lookups"])
+        self.wide_nlink: dict[int, int] = {}
+        self.wide_size: dict[int, int] = {}
+        self.wide_lookups: dict[int, int] = {}
         self.opens: dict[int, int] = {}
         self.wbuf: dict[int, Any] = {}
         self.free = array("q")  # free slots below the highest ever used, reused last first
@@ -185,6 +195,22 @@ class InodeTable:
         """Bytes the columns hold (every slot, free and headroom too): what `stats` shows."""
         return sum(getattr(self, name).itemsize * len(getattr(self, name)) for name in COLUMNS) + len(self.xcat)
 
+    def get_narrow(self, name: str, ino: int) -> int:
+        """A narrow column's value (see NARROW_TOPS)."""
+        value = getattr(self, name)[ino]
+        return getattr(self, "wide_" + name)[ino] if value == NARROW_TOPS[name] else value
+
+    def set_narrow(self, name: str, ino: int, value: int) -> None:
+        """Set a narrow column's value: the column's top and a `wide_` entry if it does not fit."""
+        column, top = getattr(self, name), NARROW_TOPS[name]
+        if value >= top:
+            getattr(self, "wide_" + name)[ino] = value
+            column[ino] = top
+        else:
+            if column[ino] == top:
+                del getattr(self, "wide_" + name)[ino]
+            column[ino] = value
+
     def exists(self, ino: int) -> bool:
         return 0 < ino < len(self.mode) and self.mode[ino] != 0
 
@@ -198,6 +224,7 @@ class InodeTable:
         is_dir = self.of_type(_IFDIR)
         dirs = is_dir.count(1)
         size = sum(itertools.compress(self.size, self.mode)) - sum(itertools.compress(self.size, is_dir))
+        size += sum(n - _SIZE_TOP for ino, n in self.wide_size.items() if self.mode[ino] and not is_dir[ino])
         return dirs, self.live - dirs, size
 
     def nameless(self) -> list[int]:
@@ -226,8 +253,9 @@ class InodeTable:
         self.grow(ino + 1)
         assert self.mode[ino] == 0, f"inode {ino} is in use"
         self.mode[ino], self.owner[ino] = mode, self.owner_of(uid, gid)
-        self.nlink[ino] = 2 if stat.S_ISDIR(mode) else 1
-        self.size[ino] = self.parent[ino] = 0
+        self.set_narrow("nlink", ino, 2 if stat.S_ISDIR(mode) else 1)
+        self.set_narrow("size", ino, 0)
+        self.parent[ino] = 0
         self.atime[ino] = self.mtime[ino] = self.ctime[ino] = now
         self.xcat[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
         self.live += 1
@@ -243,8 +271,10 @@ class InodeTable:
             if old & _IFMT == _IFDIR:
                 self._clear_entries(ino)
             self.kid[ino] = self.kname[ino] = 0
-        self.mode[ino], self.owner[ino], self.nlink[ino] = mode, self.owner_of(uid, gid), nlink
-        self.size[ino], self.atime[ino], self.mtime[ino], self.ctime[ino] = size, atime, mtime, ctime
+        self.mode[ino], self.owner[ino] = mode, self.owner_of(uid, gid)
+        self.set_narrow("nlink", ino, nlink)
+        self.set_narrow("size", ino, size)
+        self.atime[ino], self.mtime[ino], self.ctime[ino] = atime, mtime, ctime
         self.parent[ino] = parent
         self._set_sparse(self.rdev, ino, rdev)
         self._set_sparse(self.target, ino, target)
@@ -264,9 +294,14 @@ class InodeTable:
         one, unpack = _EXTENT.size, _EXTENT.unpack
         n = 0
         pair, number = (0, 0), 0  # the last owner seen: rows come in runs of one owner
-        for ino, mode[ino], uid, gid, nlink[ino], size[ino], atime[ino], mtime[ino], ctime[ino], \
+        for ino, mode[ino], uid, gid, links, length, atime[ino], mtime[ino], ctime[ino], \
                 rdev, target, x, e, parent[ino] in rows:
             n += 1
+            if links < _NLINK_TOP and length < _SIZE_TOP:
+                nlink[ino], size[ino] = links, length
+            else:
+                self.set_narrow("nlink", ino, links)
+                self.set_narrow("size", ino, length)
             if (uid, gid) != pair:
                 pair, number = (uid, gid), owner_of(uid, gid)
                 owner = self.owner  # (wider once there are many owners)
@@ -311,13 +346,18 @@ class InodeTable:
     def stat(self, ino: int) -> tuple[int, int, int, int, int, int, int, int, int]:
         """(mode, nlink, uid, gid, rdev, size, atime, mtime, ctime): what getattr answers, in one call."""
         uid, gid = self.owners[self.owner[ino]]
-        return (self.mode[ino], self.nlink[ino], uid, gid, self.rdev.get(ino, 0),
-                self.size[ino], self.atime[ino], self.mtime[ino], self.ctime[ino])
+        nlink, size = self.nlink[ino], self.size[ino]
+        if nlink == _NLINK_TOP:
+            nlink = self.wide_nlink[ino]
+        if size == _SIZE_TOP:
+            size = self.wide_size[ino]
+        return (self.mode[ino], nlink, uid, gid, self.rdev.get(ino, 0),
+                size, self.atime[ino], self.mtime[ino], self.ctime[ino])
 
     def row(self, ino: int) -> InodeRow:
         mode = self.mode[ino]
         uid, gid = self.owners[self.owner[ino]]
-        return (ino, mode, uid, gid, self.nlink[ino], self.size[ino],
+        return (ino, mode, uid, gid, self.get_narrow("nlink", ino), self.get_narrow("size", ino),
                 self.atime[ino], self.mtime[ino], self.ctime[ino], self.rdev.get(ino, 0),
                 self.target.get(ino), self.packed_xattrs(ino),
                 self.packed_extents(ino) if stat.S_ISREG(mode) else None, self.parent[ino])
@@ -329,7 +369,8 @@ class InodeTable:
         if self.mode[ino] & _IFMT == _IFDIR:
             self._clear_entries(ino)
         self.xblobs.release(self.xat[ino])
-        self.mode[ino] = self.xcat[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = self.lookups[ino] = 0
+        self.mode[ino] = self.xcat[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
+        self.set_narrow("lookups", ino, 0)
         for sparse in (self.rdev, self.target, self._fetched, self.extents, self.opens, self.wbuf):
             sparse.pop(ino, None)
         self.free.append(ino)
@@ -555,6 +596,15 @@ def _column(name: str, doc: str) -> property:
     return property(get, set_, doc=doc)
 
 
+def _narrow(name: str, doc: str) -> property:
+    def get(self: "Inode") -> int:
+        return self.t.get_narrow(name, self.ino)
+
+    def set_(self: "Inode", value: int) -> None:
+        self.t.set_narrow(name, self.ino, value)
+    return property(get, set_, doc=doc)
+
+
 def _sparse(name: str, default: Any, doc: str) -> property:
     def get(self: "Inode") -> Any:
         return getattr(self.t, name).get(self.ino, default)
@@ -606,8 +656,8 @@ class Inode:
     @gid.setter
     def gid(self, value: int) -> None:
         self.t.owner[self.ino] = self.t.owner_of(self.uid, value)
-    nlink = _column("nlink", "link count")
-    size = _column("size", "size in bytes")
+    nlink = _narrow("nlink", "link count")
+    size = _narrow("size", "size in bytes")
     atime = _column("atime", "access time, ns")
     mtime = _column("mtime", "modification time, ns")
     ctime = _column("ctime", "change time, ns")
@@ -615,7 +665,7 @@ class Inode:
     rdev = _sparse("rdev", 0, "device number of a special file")
     target = _sparse("target", None, "a symlink's target")
     opens = _sparse("opens", 0, "open file handles")
-    lookups = _column("lookups", "the kernel's references (FUSE lookup count), dropped by forget")
+    lookups = _narrow("lookups", "the kernel's references (FUSE lookup count), dropped by forget")
     wbuf = _sparse("wbuf", None, "writeback.Buffer while the file has unflushed data")
 
     @property
@@ -662,8 +712,7 @@ class Inode:
     @property
     def xattrs(self) -> dict[bytes, bytes] | None:
         """The xattrs, unpacked for editing."""
-        x = self.t.plain_xattrs(self.ino)
-        return {name: x[a:b] for name, a, b in iter_xattrs(x)} if x else None
+        return unpack_xattrs(self.t.plain_xattrs(self.ino))
 
     @xattrs.setter
     def xattrs(self, value: dict[bytes, bytes] | None) -> None:

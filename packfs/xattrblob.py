@@ -270,9 +270,8 @@ def _from_swift_form(payload: bytes) -> bytes:
     d, pos = _read_items(payload, _CRC.size)
     meta = pickle.dumps(d, _PICKLE_PROTOCOL)
     if zlib.crc32(meta) != crc:
-        log.error("xattrs in the Swift form do not pickle back to what was stored (CRC %08x, stored %08x)",
-                  zlib.crc32(meta), crc)
-        raise FsError(errno.EIO, "Swift's metadata pickles differently here than when it was stored")
+        raise ValueError(f"the pickle made again has CRC {zlib.crc32(meta):08x}, stored {crc:08x}: "
+                         "Swift's metadata pickles differently here than when it was stored")
     blob = _XHEAD.pack(len(SWIFT_METADATA), len(meta)) + SWIFT_METADATA + meta
     if payload[pos] & _SUM_DERIVED:
         blob += _XHEAD.pack(len(SWIFT_CHECKSUM), 32) + SWIFT_CHECKSUM + hashlib.md5(meta).hexdigest().encode()
@@ -280,14 +279,18 @@ def _from_swift_form(payload: bytes) -> bytes:
 
 
 def plain(blob: bytes) -> bytes:
-    """A packed xattr blob, decompressed if it was stored compressed."""
+    """A packed xattr blob, decompressed if it was stored compressed; EIO (logged) if it
+    does not decode."""
     prefix = bytes(blob[:2])
-    if prefix == _SWIFT_PREFIX:
-        return _from_swift_form(zlib.decompressobj(-15, _XZ_DICT_4).decompress(memoryview(blob)[2:]))
-    zdict = _XZ_DICTS.get(prefix)
-    if zdict is not None:
-        return zlib.decompressobj(-15, zdict).decompress(memoryview(blob)[2:])
-    return blob
+    if prefix not in _PREFIXES:
+        return blob
+    try:
+        if prefix == _SWIFT_PREFIX:
+            return _from_swift_form(zlib.decompressobj(-15, _XZ_DICT_4).decompress(memoryview(blob)[2:]))
+        return zlib.decompressobj(-15, _XZ_DICTS[prefix]).decompress(memoryview(blob)[2:])
+    except (zlib.error, ValueError, IndexError, struct.error) as e:
+        log.error("stored xattrs do not decode: %s", e)
+        raise FsError(errno.EIO, f"stored xattrs do not decode: {e}") from None
 
 
 def iter_xattrs(blob: bytes) -> Iterator[tuple[bytes, int, int]]:

@@ -1,13 +1,14 @@
 """The inode table's columns: slots, rows, reuse of inode numbers, bulk loading."""
 import stat
+import tempfile
 
 import pytest
 from test_catalog import build
 
 from packfs import records
 from packfs.inodes import OWNERS_NARROW, ROOT, Inode, InodeTable, pack_extents
-from packfs.xattrblob import pack_xattrs
 from packfs.namespace import Namespace
+from packfs.xattrblob import pack_xattrs
 
 REG = stat.S_IFREG | 0o644
 DIR = stat.S_IFDIR | 0o755
@@ -328,8 +329,36 @@ def test_loaded_entries_take_their_final_form_at_once():
             assert t.names.wasted() == 0
 
 
-def test_a_slot_is_68_bytes_and_a_byte_of_xcat():
-    """What `packfs stats` reports as the inode columns: 69 B per slot, free and headroom too."""
+def test_a_slot_is_60_bytes_and_a_byte_of_xcat():
+    """What `packfs stats` reports as the inode columns: 61 B per slot, free and headroom too."""
     t = InodeTable()
     t.grow(5000)
-    assert len(t.mode) >= 5000 and t.column_bytes() == 69 * len(t.mode)
+    assert len(t.mode) >= 5000 and t.column_bytes() == 61 * len(t.mode)
+
+
+def test_values_past_a_narrow_columns_top_are_kept_whole():
+    """A 5 GiB file, a directory with 70,000 subdirectories, an inode the kernel holds
+    70,000 references to: the narrow columns hold their top and the values live beside
+    them, through every way in and out of a slot; a reused slot forgets them."""
+    from packfs import image
+    big, links = 5 << 30, 70_002
+    t = InodeTable()
+    t.put(ROOT, DIR, 0, 0, 1)
+    t.load((2, REG, 0, 0, 1, big, 1, 1, 1, 0, None, None, None, ROOT))
+    t.load_all([(3, DIR, 0, 0, links, 0, 1, 1, 1, 0, None, None, None, ROOT),
+                (4, REG, 0, 0, 1, 4095, 1, 1, 1, 0, None, None, None, ROOT)], 5)
+    f, d = Inode(t, 2), Inode(t, 3)
+    f.lookups = 70_000
+    assert (f.size, d.nlink, f.lookups) == (big, links, 70_000)
+    assert t.stat(2)[5] == big and t.stat(3)[1] == links and t.row(2)[5] == big and t.row(3)[4] == links
+    assert t.usage() == (2, 2, big + 4095)
+    f.size, f.lookups = big + 1, 3
+    assert (f.size, f.lookups, t.wide_lookups) == (big + 1, 3, {})
+    token = 7
+    with tempfile.TemporaryDirectory() as tmp:
+        image.save(tmp, t, token, (1, 0, 0, 5))
+        back = image.take(tmp, token, (1, 0, 0, 5), True)
+    assert back is not None and Inode(back, 2).size == big + 1 and Inode(back, 3).nlink == links
+    t.drop(2)
+    t.put(2, REG, 0, 0, 1)
+    assert f.size == 0 and t.wide_size == {} and t.size[2] == 0

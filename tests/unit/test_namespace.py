@@ -422,13 +422,19 @@ def test_the_swift_form_keeps_every_pickle_and_xattr_exactly():
         assert list(unpack_xattrs(stored)) == list(xattrs)  # in their order
 
 
-def test_a_swift_form_blob_that_pickles_differently_fails_with_eio(monkeypatch):
+def test_a_blob_that_pickles_differently_or_is_damaged_fails_with_eio(monkeypatch):
     from packfs import xattrblob
     stored = xattrblob.pack_xattrs(swift_xattrs(**{"X-Timestamp": "1763872345.12345", "name": "/AUTH_test/c/o"}))
     monkeypatch.setattr(xattrblob, "_PICKLE_PROTOCOL", 3)  # a pickler that writes other bytes
     with pytest.raises(FsError) as e:
         xattrblob.unpack_xattrs(stored)
     assert e.value.errno == errno.EIO
+    monkeypatch.undo()
+    assert xattrblob.unpack_xattrs(stored)[b"user.swift.metadata"]
+    for damaged in (stored[:-3], b"\xff\xfd" + bytes(40), b"\xff\xfe" + b"\xfe" * 40):
+        with pytest.raises(FsError) as e:
+            xattrblob.unpack_xattrs(damaged)
+        assert e.value.errno == errno.EIO
 
 
 def test_decoded_xattrs_are_kept_for_the_next_read_and_never_stale(ns):
