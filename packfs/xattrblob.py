@@ -177,8 +177,8 @@ _XZ_DICT_4 = b"".join(_items(d) for d in (
      b"ETag": b"d41d8cd98f00b204e9800998ecf8427e", b"name": b"/AUTH_test/c/o"},
 ))
 _XZ_DICTS = {b"\xff\xff": _XZ_DICT_2, b"\xff\xfe": _XZ_DICT_3}
-_SWIFT_PREFIX = b"\xff\xfd"  # what is compressed now: the Swift form with _XZ_DICT_4, else _XZ_DICT_3
-_PLAIN_PREFIX = b"\xff\xfe"
+_SWIFT_PREFIX = b"\xff\xfd"  # what is compressed now: the Swift form, with _XZ_DICT_4, where it applies
+_DEFLATED_PREFIX = b"\xff\xfe"  # any other blob: deflated whole, with _XZ_DICT_3
 _PREFIXES = (*_XZ_DICTS, _SWIFT_PREFIX)
 
 
@@ -260,7 +260,7 @@ def compressed(blob: bytes) -> bytes:
     if not compressible(blob):
         return blob
     swift = _swift_form(blob)
-    packed = _SWIFT_PREFIX + _deflate(swift, _XZ_DICT_4) if swift else _PLAIN_PREFIX + _deflate(blob, _XZ_DICT_3)
+    packed = _SWIFT_PREFIX + _deflate(swift, _XZ_DICT_4) if swift else _DEFLATED_PREFIX + _deflate(blob, _XZ_DICT_3)
     return packed if len(packed) < len(blob) else blob
 
 
