@@ -210,6 +210,8 @@ def format_stats(s: dict) -> str:
         f"recovery replayed {s['recovery']['replayed']:,} commits in {s['recovery']['seconds']:.2f} s",
         f"commits        {s['commits']:>12,}   device flushes {s['device_flushes']:,}, "
         f"writes {s['device_writes']:,}, checkpoints {s['checkpoints']:,}",
+        "directories    " + ("open without a request; the kernel caches their listings"
+                            if s["zero_message_opendir"] else "opened by a FUSE request each (no dirshim)"),
     ]
     if s.get("broken"):
         lines.append(f"BROKEN         writes refused after an I/O error: {s['broken']}")

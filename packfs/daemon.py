@@ -9,6 +9,7 @@ import signal
 import time
 from typing import Callable
 
+from . import dirshim  # noqa: I001 -- first: its library must be loaded before pyfuse3 (see dirshim.py)
 import pyfuse3
 import trio
 
@@ -81,6 +82,7 @@ class Daemon:
                      p.recovery.replayed, p.recovery.orphans, p.recovery.seconds)
         fs = Filesystem(p, self.opts, disk)
         ops = Operations(fs)
+        dirshim.enable(self.opts.dircache)
         try:
             pyfuse3.init(ops, self.mountpoint, fuse_options(self.packdir, self.opts))
         except Exception as e:
@@ -90,6 +92,8 @@ class Daemon:
             os.close(lock_fd)
             return 1
         pack.write_pid(lock_fd)
+        if self.opts.dircache and not dirshim.active():
+            log.warning("the dirshim did not take: directories are opened by a FUSE request (see dirshim.py)")
         try:
             trio.run(self._serve, fs, ops, ready)
         finally:
@@ -107,6 +111,7 @@ class Daemon:
         async def on_control(command: str) -> dict:
             if command == "stats":
                 return {**fs.stats(), "operations": ops.opstats.report(), "busy_poll_turns": ops.busypoll.spins,
+                        "zero_message_opendir": dirshim.active(), "listings_open": len(ops.listings),
                         "device": fs.volumes.timings.report()}
             if command == "sync":
                 await fs.journal.checkpoint()

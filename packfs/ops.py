@@ -27,6 +27,7 @@ from .busypoll import BusyPoll
 from .errors import FsError
 from .filesystem import Filesystem, Setattr
 from .inodes import Inode
+from .listings import Listings
 from .stats import OpStats
 
 log = logging.getLogger(__name__)
@@ -71,8 +72,7 @@ class Operations(pyfuse3.Operations):
         self._attr_timeout = fs.options.attr_timeout
         self._direct_writes = fs.options.direct_writes
         self._prefetch = fs.options.prefetch
-        self._dirs: dict[int, tuple[int, list[tuple[bytes, int]]]] = {}  # handle: (directory, entries)
-        self._next_dh = 1
+        self.listings = Listings(fs.ns.listdir)
 
     def entry(self, node: Inode) -> pyfuse3.EntryAttributes:
         """Attributes handed to the kernel as a new reference (lookup count + 1)."""
@@ -169,28 +169,27 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
-        entries = self.fs.ns.listdir(inode)
-        dh = self._next_dh
-        self._next_dh += 1
-        self._dirs[dh] = (inode, entries)
-        return dh
+        """Only without the dirshim (dirshim.py): the handle is the directory, as the dirshim makes it."""
+        self.fs.ns.dir(inode)
+        return inode
 
     @_op
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
-        parent, entries = self._dirs.get(fh, (0, []))
+        parent = fh  # the directory's inode (see opendir)
+        number, entries, start = self.listings.resume(parent, start_id)
         ns = self.fs.ns
-        for i in range(start_id, len(entries)):
+        for i in range(start, len(entries)):
             name, ino = entries[i]
             if ns.dirent(parent, name) != ino:
-                continue  # removed since opendir (its number may even be another inode's now)
+                continue  # removed since the listing began (its number may even be another inode's now)
             node = ns.get(ino)
-            if not pyfuse3.readdir_reply(token, name, self.attrs(node), i + 1):
+            if not pyfuse3.readdir_reply(token, name, self.attrs(node), Listings.offset(number, i + 1)):
                 break
             node.lookups += 1  # readdirplus: the kernel took a reference to each entry
 
     @_op
     async def releasedir(self, fh: int) -> None:
-        self._dirs.pop(fh, None)
+        """Only without the dirshim; an open directory holds nothing here."""
 
     @_op
     async def fsyncdir(self, fh: int, datasync: bool) -> None:

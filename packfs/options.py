@@ -41,6 +41,7 @@ class Options:
     max_tasks: int = 64                # concurrent pyfuse3 request tasks
     busy_poll_us: int = 100            # the loop polls this long after a request before sleeping
     prefetch: bool = True              # an open for reading starts the disk read of the file's data
+    dircache: bool = True              # directories open without a request; the kernel caches listings
     xattrs_in_memory: bool = True      # off: checkpointed xattr values are read from the catalog
     debug: bool = False                # log every request
 

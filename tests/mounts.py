@@ -6,6 +6,7 @@ first, then a lazy unmount, and the daemon is stopped by its PID, never by name.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -35,6 +36,17 @@ def mount(packdir: Path, mountpoint: Path, options: str = "", check: bool = True
     if options:
         args += ["-o", options]
     return subprocess.run(args, check=check, capture_output=True, text=True, timeout=120)
+
+
+def stats(mountpoint: Path) -> dict:
+    """`packfs stats --json` of a mount."""
+    p = subprocess.run([*PACKFS, "stats", str(mountpoint), "--json"], check=True, capture_output=True, text=True)
+    return json.loads(p.stdout)
+
+
+def requests_served(mountpoint: Path) -> dict[str, int]:
+    """How many FUSE requests of each kind the mount has served."""
+    return {op: v["count"] for op, v in stats(mountpoint)["operations"].items()}
 
 
 def force_unmount(mountpoint: Path, packdir: Path | None = None) -> None:

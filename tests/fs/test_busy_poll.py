@@ -1,17 +1,15 @@
 """busy_poll_us on a real mount: the loop polls after requests by default, never with 0."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 
 from fsutil import write_file
-from mounts import PACKFS, mounted
+from mounts import PACKFS, mounted, stats
 
 
 def _turns(mnt) -> int:
-    p = subprocess.run([*PACKFS, "stats", str(mnt), "--json"], check=True, capture_output=True, text=True)
-    return json.loads(p.stdout)["busy_poll_turns"]
+    return stats(mnt)["busy_poll_turns"]
 
 
 def _stat_loop(mnt) -> None:

@@ -9,31 +9,24 @@ test_swift_surface.test_mmap_shared_write_and_read).
 from __future__ import annotations
 
 import errno
-import json
 import mmap
 import os
-import subprocess
 
 import pytest
 
 from fsutil import raises_errno, read_file, write_file
-from mounts import PACKFS, mounted
-
-
-def _requests(mnt) -> dict[str, int]:
-    p = subprocess.run([*PACKFS, "stats", str(mnt), "--json"], check=True, capture_output=True, text=True)
-    return {op: v["count"] for op, v in json.loads(p.stdout)["operations"].items()}
+from mounts import mounted, requests_served
 
 
 def _writes_and_capability_probes(mnt, open_flags: int) -> tuple[int, int]:
-    before = _requests(mnt)
+    before = requests_served(mnt)
     fd = os.open(mnt / "f", open_flags, 0o644)
     try:
         for i in range(20):
             os.pwrite(fd, bytes([i]) * 65536, i * 65536)
     finally:
         os.close(fd)
-    after = _requests(mnt)
+    after = requests_served(mnt)
     return (after.get("write", 0) - before.get("write", 0),
             after.get("getxattr", 0) - before.get("getxattr", 0))
 

@@ -2,21 +2,14 @@
 the read that follows finds the backing page cache warm and no worker thread waits."""
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
 from fsutil import drop_cache, write_file
-from mounts import PACKFS, mounted
+from mounts import mounted, stats
 
 FILES = 16
-
-
-def _stats(mnt: Path) -> dict:
-    p = subprocess.run([*PACKFS, "stats", str(mnt), "--json"], check=True, capture_output=True, text=True)
-    return json.loads(p.stdout)
 
 
 def _evict_volumes(packdir: Path) -> None:
@@ -57,9 +50,9 @@ def _open_wait_read(files: dict[Path, bytes], packdir: Path) -> None:
 def test_a_cold_read_after_open_finds_its_record_prefetched(tmp_path, packdir):
     with mounted(packdir, tmp_path / "mnt") as m:
         files = _make_cold(m)
-        before = _stats(m)
+        before = stats(m)
         _open_wait_read(files, packdir)
-        after = _stats(m)
+        after = stats(m)
     assert after["prefetches"] - before["prefetches"] == FILES
     assert after["device_reads_waited"] - before["device_reads_waited"] <= FILES // 4
 
@@ -67,8 +60,8 @@ def test_a_cold_read_after_open_finds_its_record_prefetched(tmp_path, packdir):
 def test_without_prefetch_a_cold_read_waits_for_the_disk(tmp_path, packdir):
     with mounted(packdir, tmp_path / "mnt", "noprefetch") as m:
         files = _make_cold(m)
-        before = _stats(m)
+        before = stats(m)
         _open_wait_read(files, packdir)
-        after = _stats(m)
+        after = stats(m)
     assert after["prefetches"] == 0
     assert after["device_reads_waited"] - before["device_reads_waited"] == FILES

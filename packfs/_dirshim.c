@@ -1,0 +1,84 @@
+/*
+ * Zero-message opendir for pyfuse3 (see packfs/dirshim.py for why and how it is loaded).
+ *
+ * pyfuse3 hands libfuse its table of low-level handlers in fuse_session_new(). This
+ * library defines fuse_session_new too; loaded into the global symbol scope before that
+ * call, it is the one pyfuse3 reaches. It copies the table, changes three entries and
+ * calls libfuse's own fuse_session_new with the copy:
+ *
+ *   opendir      answers ENOSYS at once, in C. The kernel (5.1 and later) then stops
+ *                sending OPENDIR and RELEASEDIR for the rest of the mount, and opens
+ *                every directory with FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR: a listing is
+ *                cached in the kernel until the directory changes.
+ *   readdirplus  gets the directory's inode number as its file handle: without opendir
+ *   fsyncdir     the kernel sends handle 0, and pyfuse3 passes handlers the handle, not
+ *                the inode.
+ *
+ * Nothing changes unless packfs_dirshim_enable(1) was called before the session is made.
+ */
+#define FUSE_USE_VERSION 31
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <string.h>
+#include <fuse_lowlevel.h>
+
+typedef struct fuse_session *(*session_new_fn)(struct fuse_args *, const struct fuse_lowlevel_ops *,
+                                               size_t, void *);
+
+static int enabled;
+static int active;
+static struct fuse_lowlevel_ops ops;
+static void (*next_readdirplus)(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file_info *);
+static void (*next_fsyncdir)(fuse_req_t, fuse_ino_t, int, struct fuse_file_info *);
+
+static void opendir_enosys(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    (void)ino;
+    (void)fi;
+    fuse_reply_err(req, ENOSYS);
+}
+
+static void readdirplus_by_inode(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                                 struct fuse_file_info *fi)
+{
+    fi->fh = ino;
+    next_readdirplus(req, ino, size, off, fi);
+}
+
+static void fsyncdir_by_inode(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+    fi->fh = ino;
+    next_fsyncdir(req, ino, datasync, fi);
+}
+
+struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_lowlevel_ops *op,
+                                      size_t op_size, void *userdata)
+{
+    session_new_fn next = (session_new_fn)dlsym(RTLD_NEXT, "fuse_session_new");
+    if (next == NULL)
+        return NULL;
+    active = 0;
+    if (!enabled || op_size > sizeof ops || op->readdirplus == NULL || op->fsyncdir == NULL)
+        return next(args, op, op_size, userdata);
+    memcpy(&ops, op, op_size);
+    next_readdirplus = op->readdirplus;
+    next_fsyncdir = op->fsyncdir;
+    ops.opendir = opendir_enosys;
+    ops.releasedir = NULL;
+    ops.readdirplus = readdirplus_by_inode;
+    ops.fsyncdir = fsyncdir_by_inode;
+    struct fuse_session *se = next(args, &ops, op_size, userdata);
+    active = se != NULL;
+    return se;
+}
+
+void packfs_dirshim_enable(int on)
+{
+    enabled = on;
+}
+
+int packfs_dirshim_active(void)
+{
+    return active;
+}

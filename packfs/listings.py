@@ -1,0 +1,54 @@
+"""Directory listings as readdir resumes them, keyed by the offsets handed to the kernel.
+
+A reader that starts at offset 0 gets a snapshot of the directory. Each entry's offset
+carries the snapshot's number and the entry's index, so a reader resumes in the
+snapshot it started in, whatever other readers of the directory do in between: with
+zero-message opendir (dirshim.py) readdir is given no handle of its own, only the
+directory. The last KEEP snapshots are kept, and one is dropped once read to its end. A
+reader whose snapshot was dropped resumes at the same index of a fresh listing (under a
+new number), which is exact while the directory is unchanged (the kernel, which caches
+listings, starts again from 0 when a directory has changed).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable
+
+Entries = list[tuple[bytes, int]]  # (name, inode), in the namespace's order
+
+KEEP = 256
+_SNAPSHOT_MAX = (1 << 31) - 1  # offsets stay below 2**63: snapshot number << 32 | index
+
+
+class Listings:
+    def __init__(self, listdir: Callable[[int], Entries]) -> None:
+        self._listdir = listdir
+        self._snapshots: OrderedDict[int, tuple[int, Entries]] = OrderedDict()
+        self._next = 1
+
+    def resume(self, directory: int, offset: int) -> tuple[int, Entries, int]:
+        """(snapshot number, entries, index to start at) for a readdir of `directory`
+        from `offset` (0, or one this class made)."""
+        number, start = offset >> 32, offset & 0xFFFF_FFFF
+        kept = self._snapshots.get(number) if offset else None
+        if kept is not None and kept[0] == directory:
+            entries = kept[1]
+            self._snapshots.move_to_end(number)
+        else:
+            entries = self._listdir(directory)
+            number = self._next
+            self._next = self._next % _SNAPSHOT_MAX + 1
+            self._snapshots[number] = (directory, entries)
+            if len(self._snapshots) > KEEP:
+                self._snapshots.popitem(last=False)
+        if start >= len(entries):
+            del self._snapshots[number]  # read to its end
+        return number, entries, start
+
+    @staticmethod
+    def offset(number: int, index: int) -> int:
+        """The offset a reader hands back to resume at `index` of snapshot `number`."""
+        return number << 32 | index
+
+    def __len__(self) -> int:
+        return len(self._snapshots)

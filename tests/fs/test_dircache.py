@@ -1,0 +1,112 @@
+"""Zero-message opendir (option dircache, packfs/dirshim.py) on a real mount.
+
+The point is fewer FUSE requests: no OPENDIR or RELEASEDIR at all, and a directory
+listed again while unchanged is answered by the kernel's cache. The promise is that
+nothing else changes: a listing always shows the directory as it is, readers that
+interleave see every entry once, and fsync of a directory still commits.
+"""
+from __future__ import annotations
+
+import os
+
+from fsutil import fsync_dir, write_file
+from mounts import kill9, mount, mounted, requests_served, stats, umount
+
+
+def _grown(before: dict[str, int], after: dict[str, int], op: str) -> int:
+    return after.get(op, 0) - before.get(op, 0)
+
+
+def test_directories_open_without_a_request_and_listings_are_cached(mnt):
+    assert stats(mnt)["zero_message_opendir"] is True
+    for i in range(50):
+        write_file(mnt / f"f{i}", b"")
+    before = requests_served(mnt)
+    first = sorted(os.listdir(mnt))
+    middle = requests_served(mnt)
+    for _ in range(20):
+        assert sorted(os.listdir(mnt)) == first
+    after = requests_served(mnt)
+    assert _grown(before, middle, "readdir") >= 2  # the listing and the empty reply that ends it
+    assert _grown(middle, after, "readdir") == 0  # twenty more listings, all from the kernel's cache
+    for op in ("opendir", "releasedir"):
+        assert _grown(before, after, op) == 0
+
+
+def test_a_changed_directory_is_listed_afresh(mnt):
+    os.mkdir(mnt / "d")
+    write_file(mnt / "d" / "a", b"")
+    assert os.listdir(mnt / "d") == ["a"]
+    write_file(mnt / "d" / "b", b"")
+    assert sorted(os.listdir(mnt / "d")) == ["a", "b"]
+    os.rename(mnt / "d" / "a", mnt / "c")
+    assert os.listdir(mnt / "d") == ["b"]
+    assert sorted(os.listdir(mnt)) == ["c", "d"]
+    os.link(mnt / "c", mnt / "d" / "c2")
+    os.unlink(mnt / "d" / "b")
+    os.mkdir(mnt / "d" / "sub")
+    assert sorted(os.listdir(mnt / "d")) == ["c2", "sub"]
+    os.rmdir(mnt / "d" / "sub")
+    os.symlink("c2", mnt / "d" / "s")
+    assert sorted(os.listdir(mnt / "d")) == ["c2", "s"]
+
+
+def test_interleaved_readers_of_one_directory_see_every_entry_once(mnt):
+    names = {f"entry-{i:04d}-{'x' * 40}" for i in range(2000)}  # many readdir replies each
+    for n in names:
+        write_file(mnt / n, b"")
+    os.mkdir(mnt / "other")
+    iters = [os.scandir(mnt) for _ in range(3)]
+    seen: list[list[str]] = [[] for _ in iters]
+    try:
+        done = [False] * len(iters)
+        while not all(done):
+            for k, it in enumerate(iters):
+                if done[k]:
+                    continue
+                for _ in range(97 + 13 * k):  # readers at different paces
+                    e = next(it, None)
+                    if e is None:
+                        done[k] = True
+                        break
+                    seen[k].append(e.name)
+                os.listdir(mnt / "other")  # listings of another directory in between
+    finally:
+        for it in iters:
+            it.close()
+    for s in seen:
+        assert len(s) == len(set(s))
+        assert set(s) == names | {"other"}
+
+
+def test_fsync_of_a_directory_commits_without_opendir(tmp_path, packdir):
+    m = tmp_path / "mnt"
+    with mounted(packdir, m):
+        before = requests_served(m)
+        os.makedirs(m / "a" / "b")
+        write_file(m / "a" / "b" / "f", b"data", fsync=True)
+        os.rename(m / "a" / "b" / "f", m / "a" / "g")
+        fsync_dir(m / "a")
+        after = requests_served(m)
+        assert _grown(before, after, "fsyncdir") == 1
+        assert _grown(before, after, "opendir") == 0
+        kill9(packdir, m)
+    mount(packdir, m)
+    try:
+        assert sorted(os.listdir(m / "a")) == ["b", "g"]
+        assert (m / "a" / "g").read_bytes() == b"data"
+    finally:
+        umount(packdir, m)
+
+
+def test_without_dircache_directories_are_opened_by_request(tmp_path, packdir):
+    with mounted(packdir, tmp_path / "mnt", "nodircache") as m:
+        assert stats(m)["zero_message_opendir"] is False
+        os.mkdir(m / "d")
+        write_file(m / "d" / "f", b"")
+        before = requests_served(m)
+        for _ in range(3):
+            assert os.listdir(m / "d") == ["f"]
+        after = requests_served(m)
+        assert _grown(before, after, "opendir") == 3
+        assert _grown(before, after, "releasedir") == 3
