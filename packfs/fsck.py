@@ -301,7 +301,7 @@ class _ReadOnlyDisk(Disk):
     def punch_hole(self, fd: int, offset: int, length: int) -> None:
         pass
 
-    def allocate(self, fd: int, offset: int, length: int) -> None:
+    def allocate(self, fd: int, offset: int, length: int, zeros: bool = True) -> None:
         pass
 
     def allocated_bytes(self, fd: int) -> int:

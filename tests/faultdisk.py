@@ -350,7 +350,8 @@ class FaultDisk(Disk):
             self._check("punch", rel, offset, length)
             self._do(("punch", rel, offset, length))
 
-    def allocate(self, fd: int, offset: int, length: int) -> None:
+    def allocate(self, fd: int, offset: int, length: int, zeros: bool = True) -> None:
+        """Written zeros and fallocated blocks alike read as zeros and are lost unless flushed."""
         with self.lock:
             rel = self._path(fd)
             self._check("allocate", rel, offset, length)

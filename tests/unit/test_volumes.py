@@ -55,6 +55,43 @@ def test_preallocator_keeps_flushed_zeros_ahead_of_the_tail(tmp_path):
     v.close()
 
 
+class CountingDisk(Disk):
+    """The real disk, noting how space was prepared and when it was flushed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def allocate(self, fd: int, offset: int, length: int, zeros: bool = True) -> None:
+        self.calls.append(("allocate", zeros))
+        super().allocate(fd, offset, length, zeros)
+
+    def fdatasync(self, fd: int) -> None:
+        self.calls.append(("fdatasync",))
+        super().fdatasync(fd)
+
+
+def test_a_writer_that_outran_the_zeros_gets_its_step_fallocated(tmp_path):
+    disk = CountingDisk()
+    v = Volumes(disk, str(tmp_path), PACK_ID, 1 << 30, cache_bytes=1 << 20)
+    v.open_tail(1, 0, 1)
+    payload = os.urandom(300_000)
+
+    async def body() -> None:
+        await v.ensure_space(records.footprint(len(payload)))
+        assert disk.calls == [("allocate", False)]  # neither zeros nor a flush to wait for
+        assert v.allocated == disk.size(v.fd(1)) >= records.footprint(len(payload)) + META_RESERVE
+        vol, off, ticket = v.append(records.DATA, 5, 0, payload, sync=True)
+        await v.wait_durable(ticket)
+        assert await v.read(vol, off, len(payload), 5) == payload
+
+    serve(v, body, preallocate=False)
+    with open(os.path.join(tmp_path, volume_name(1)), "rb") as f:
+        f.seek(records.footprint(len(payload)))
+        assert f.read(1 << 20) == bytes(1 << 20)  # fallocated space reads as zeros: the log ends there
+    v.close()
+
+
 def test_preallocator_stays_inside_a_small_volume(tmp_path):
     v = volumes(tmp_path, volume_size=256 << 10)
 
