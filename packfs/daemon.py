@@ -92,7 +92,7 @@ class Daemon:
             os.close(lock_fd)
             return 1
         pack.write_pid(lock_fd)
-        if self.opts.dircache and not dirshim.active():
+        if self.opts.dircache and not dirshim.installed():
             log.warning("the dirshim did not take: directories are opened by a FUSE request (see dirshim.py)")
         try:
             trio.run(self._serve, fs, ops, ready)

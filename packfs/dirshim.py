@@ -15,8 +15,8 @@ The library must be in the global symbol scope before pyfuse3 binds fuse_session
 which it does when it is imported (Python loads extensions with RTLD_NOW): importing
 this module loads it there, so the daemon imports it before pyfuse3. By itself the
 library changes nothing; `enable` asks for the rewrite in the next session. If the
-library is not built, or pyfuse3 was bound first, the mount works as before: `active()`
-says which way it went.
+library is not built, or pyfuse3 was bound first, or the kernel is older than 5.1, the
+mount works as before: `installed()` and `active()` say which way it went.
 """
 from __future__ import annotations
 
@@ -46,6 +46,12 @@ def enable(on: bool) -> None:
         log.warning("packfs/_dirshim.c is not built: directories are opened by a FUSE request")
 
 
+def installed() -> bool:
+    """Whether the last FUSE session made got the rewritten handler table."""
+    return _lib is not None and bool(_lib.packfs_dirshim_installed())
+
+
 def active() -> bool:
-    """Whether the last FUSE session made opens directories without a request."""
+    """Whether the last FUSE session made opens directories without a request (known once
+    the kernel's INIT was answered: the kernel must support it)."""
     return _lib is not None and bool(_lib.packfs_dirshim_active())
