@@ -8,9 +8,14 @@ interleave see every entry once, and fsync of a directory still commits.
 from __future__ import annotations
 
 import os
+import subprocess
 
 from fsutil import fsync_dir, write_file
-from mounts import kill9, mount, mounted, requests_served, stats, umount
+from mounts import PACKFS, kill9, mount, mounted, requests_served, stats, umount
+
+
+def _shown(mnt) -> str:
+    return subprocess.run([*PACKFS, "stats", str(mnt)], check=True, capture_output=True, text=True).stdout
 
 
 def _grown(before: dict[str, int], after: dict[str, int], op: str) -> int:
@@ -19,6 +24,7 @@ def _grown(before: dict[str, int], after: dict[str, int], op: str) -> int:
 
 def test_directories_open_without_a_request_and_listings_are_cached(mnt):
     assert stats(mnt)["zero_message_opendir"] is True
+    assert "directories    open without a request" in _shown(mnt)
     for i in range(50):
         write_file(mnt / f"f{i}", b"")
     before = requests_served(mnt)
@@ -102,6 +108,7 @@ def test_fsync_of_a_directory_commits_without_opendir(tmp_path, packdir):
 def test_without_dircache_directories_are_opened_by_request(tmp_path, packdir):
     with mounted(packdir, tmp_path / "mnt", "nodircache") as m:
         assert stats(m)["zero_message_opendir"] is False
+        assert "directories    opened by a FUSE request each" in _shown(m)
         os.mkdir(m / "d")
         write_file(m / "d" / "f", b"")
         before = requests_served(m)
