@@ -13,8 +13,9 @@
  *                with FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR, so a listing is cached in the
  *                kernel until the directory changes. Otherwise pyfuse3's opendir runs.
  *   readdirplus  gets the directory's inode number as its file handle: without opendir
- *   fsyncdir     the kernel sends handle 0, and pyfuse3 passes handlers the handle, not
- *                the inode. (packfs's own opendir returns the inode as the handle too.)
+ *                the kernel sends handle 0, and pyfuse3 passes handlers the handle, not
+ *                the inode. (packfs's own opendir returns the inode as the handle too;
+ *                its fsyncdir needs no handle.)
  *   init         notes what the kernel supports, then runs pyfuse3's.
  *
  * Nothing changes unless packfs_dirshim_enable(1) was called before the session is made.
@@ -36,7 +37,6 @@ static struct fuse_lowlevel_ops ops;
 static void (*next_init)(void *, struct fuse_conn_info *);
 static void (*next_opendir)(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
 static void (*next_readdirplus)(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file_info *);
-static void (*next_fsyncdir)(fuse_req_t, fuse_ino_t, int, struct fuse_file_info *);
 
 static void init_noting_support(void *userdata, struct fuse_conn_info *conn)
 {
@@ -59,12 +59,6 @@ static void readdirplus_by_inode(fuse_req_t req, fuse_ino_t ino, size_t size, of
     next_readdirplus(req, ino, size, off, fi);
 }
 
-static void fsyncdir_by_inode(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
-{
-    fi->fh = ino;
-    next_fsyncdir(req, ino, datasync, fi);
-}
-
 struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_lowlevel_ops *op,
                                       size_t op_size, void *userdata)
 {
@@ -72,18 +66,15 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
     if (next == NULL)
         return NULL;
     installed = zero_message = 0;
-    if (!enabled || op_size > sizeof ops || op->init == NULL || op->opendir == NULL || op->readdirplus == NULL
-        || op->fsyncdir == NULL)
+    if (!enabled || op_size > sizeof ops || op->init == NULL || op->opendir == NULL || op->readdirplus == NULL)
         return next(args, op, op_size, userdata);
     memcpy(&ops, op, op_size);
     next_init = op->init;
     next_opendir = op->opendir;
     next_readdirplus = op->readdirplus;
-    next_fsyncdir = op->fsyncdir;
     ops.init = init_noting_support;
     ops.opendir = opendir_enosys;
     ops.readdirplus = readdirplus_by_inode;
-    ops.fsyncdir = fsyncdir_by_inode;
     struct fuse_session *se = next(args, &ops, op_size, userdata);
     installed = se != NULL;
     return se;

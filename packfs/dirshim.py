@@ -7,9 +7,9 @@ listing two READDIRs, ~40 us each: 8 of a 4 KiB PUT's 46 requests, 4 of a GET's 
 RELEASEDIR once an opendir answers ENOSYS, and then cache each listing until the
 directory changes. pyfuse3 cannot use that: its readdir is given the handle opendir
 returned, never the inode. The C library beside this module (_dirshim.c) rewrites the
-handler table pyfuse3 gives libfuse so that opendir answers ENOSYS in C and readdir and
-fsyncdir are given the inode as their handle. Operations.opendir returns the inode as
-the handle too, so the same readdir serves both ways.
+handler table pyfuse3 gives libfuse so that opendir answers ENOSYS in C and readdir is
+given the inode as its handle. Operations.opendir returns the inode as the handle too,
+so the same readdir serves both ways.
 
 The library must be in the global symbol scope before pyfuse3 binds fuse_session_new,
 which it does when it is imported (Python loads extensions with RTLD_NOW): importing
