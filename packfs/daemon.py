@@ -93,7 +93,8 @@ class Daemon:
             return 1
         pack.write_pid(lock_fd)
         if self.opts.dircache and not dirshim.installed():
-            log.warning("the dirshim did not take: directories are opened by a FUSE request (see dirshim.py)")
+            log.warning("the dirshim is not built or did not take: directories are opened by a FUSE request "
+                        "(see dirshim.py)")
         try:
             trio.run(self._serve, fs, ops, ready)
         finally:

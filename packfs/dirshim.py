@@ -22,10 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
-import logging
 import os
-
-log = logging.getLogger(__name__)
 
 
 def _load() -> ctypes.CDLL | None:
@@ -42,8 +39,6 @@ def enable(on: bool) -> None:
     """Ask for zero-message opendir in the next FUSE session (call before pyfuse3.init)."""
     if _lib is not None:
         _lib.packfs_dirshim_enable(int(on))
-    elif on:
-        log.warning("packfs/_dirshim.c is not built: directories are opened by a FUSE request")
 
 
 def installed() -> bool:

@@ -4,7 +4,8 @@ A reader that starts at offset 0 gets a snapshot of the directory. Each entry's 
 carries the snapshot's number and the entry's index, so a reader resumes in the
 snapshot it started in, whatever other readers of the directory do in between: with
 zero-message opendir (dirshim.py) readdir is given no handle of its own, only the
-directory. The last KEEP snapshots are kept, and one is dropped once read to its end. A
+directory. The last KEEP snapshots are kept (and no more than KEEP_ENTRIES entries in all
+but the newest one's), and one is dropped once read to its end. A
 reader whose snapshot was dropped resumes at the same index of a fresh listing (under a
 new number), which is exact while the directory is unchanged (the kernel, which caches
 listings, starts again from 0 when a directory has changed).
@@ -17,6 +18,7 @@ from typing import Callable
 Entries = list[tuple[bytes, int]]  # (name, inode), in the namespace's order
 
 KEEP = 256
+KEEP_ENTRIES = 1 << 16  # ~6 MiB of snapshots at most, whatever readers leave unfinished
 _SNAPSHOT_MAX = (1 << 31) - 1  # offsets stay below 2**63: snapshot number << 32 | index
 
 
@@ -24,6 +26,7 @@ class Listings:
     def __init__(self, listdir: Callable[[int], Entries]) -> None:
         self._listdir = listdir
         self._snapshots: OrderedDict[int, tuple[int, Entries]] = OrderedDict()
+        self._entries = 0  # held in all the snapshots
         self._next = 1
 
     def resume(self, directory: int, offset: int) -> tuple[int, Entries, int]:
@@ -39,10 +42,12 @@ class Listings:
             number = self._next
             self._next = self._next % _SNAPSHOT_MAX + 1
             self._snapshots[number] = (directory, entries)
-            if len(self._snapshots) > KEEP:
-                self._snapshots.popitem(last=False)
+            self._entries += len(entries)
+            while len(self._snapshots) > 1 and (len(self._snapshots) > KEEP or self._entries > KEEP_ENTRIES):
+                self._entries -= len(self._snapshots.popitem(last=False)[1][1])
         if start >= len(entries):
             del self._snapshots[number]  # read to its end
+            self._entries -= len(entries)
         return number, entries, start
 
     @staticmethod
@@ -52,3 +57,8 @@ class Listings:
 
     def __len__(self) -> int:
         return len(self._snapshots)
+
+    @property
+    def held(self) -> int:
+        """Entries held in all the snapshots."""
+        return self._entries

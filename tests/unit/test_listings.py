@@ -74,3 +74,21 @@ def test_an_offset_of_another_directory_lists_this_one():
     _, off = read(ls, 1, 0, 1)
     assert read(ls, 2, off, 5)[0] == [b"q"]
     assert read(ls, 1, off, 5)[0] == [b"b"]  # the first directory's snapshot is untouched
+
+
+def test_snapshots_left_unfinished_hold_a_bounded_number_of_entries():
+    d = Dirs()
+    big = [(b"%06d" % i, 10 + i) for i in range(listings.KEEP_ENTRIES // 4)]
+    for ino in range(8):
+        d.entries[ino] = big
+    ls = Listings(d.listdir)
+    for ino in range(8):
+        read(ls, ino, 0, 1)  # each reader stops after one entry
+    assert len(ls) == 4  # the oldest went first
+    assert ls.held <= listings.KEEP_ENTRIES
+    d.entries[9] = big * 8  # one directory larger than the bound is still listed to its end
+    names, off = read(ls, 9, 0, 3)
+    assert len(ls) == 1
+    assert read(ls, 9, off, len(big) * 8)[0] == [n for n, _ in big * 8][3:]
+    assert len(ls) == 1 and read(ls, 9, Listings.offset(off >> 32, len(big) * 8), 1)[0] == []
+    assert len(ls) == 0 and ls.held == 0
