@@ -54,7 +54,9 @@ def apply(ns: Namespace, payload: bytes) -> None:
         ns.load_inode(row)
         changed.inodes.add(row[0])
     for parent, name, ino in dirents:
-        if parent in ns:
+        # A parent that is gone, or whose number a file took later in the same commit,
+        # lost its entries with it (InodeTable.load drops a reused directory's entries).
+        if ns.is_dir(parent):
             ns.load_dirent(parent, name, ino)
         changed.dirents.add((parent, name))
     for k, count in refs:

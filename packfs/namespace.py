@@ -75,7 +75,7 @@ class Namespace:
         self.next_ino = max(self.next_ino, row[0] + 1)
 
     def load_dirent(self, parent: int, name: bytes, ino: int | None) -> None:
-        assert self.table.exists(parent) and stat.S_ISDIR(self.table.mode[parent])
+        assert self.is_dir(parent)
         if ino is None:
             self.table.del_child(parent, name)
         else:
@@ -135,6 +135,9 @@ class Namespace:
 
     def __contains__(self, ino: int) -> bool:
         return self.table.exists(ino)
+
+    def is_dir(self, ino: int) -> bool:
+        return self.table.exists(ino) and stat.S_ISDIR(self.table.mode[ino])
 
     def dir(self, ino: int) -> Inode:
         node = self.get(ino)

@@ -419,3 +419,28 @@ def test_xattrs_are_compressed_after_the_commit_and_replay_plain_or_not(packdir)
     finally:
         p.volumes.close()
         p.catalog.close()
+
+
+def test_a_directory_number_a_file_took_in_the_same_commit_replays(packdir):
+    """A directory emptied and removed, and its number reused by a new file, all in one
+    commit: that commit carries the removed child's entry under a number that is now a
+    file's, which replay must skip (loading the file's row dropped the old entries)."""
+    async def body(fs: Filesystem) -> None:
+        d = fs.create(ROOT, b"d", DIR, 0, 0)
+        await write_file(fs, d.ino, b"f", b"child")
+        await fs.fsync()
+        fs.unlink(d.ino, b"f")
+        fs.rmdir(ROOT, b"d")
+        assert await write_file(fs, ROOT, b"g", b"reused") == d.ino  # the last number freed
+        await fs.fsync()
+
+    run(packdir, body, clean=False)
+    p = open_pack(packdir)
+    try:
+        assert p.recovery.replayed >= 2
+        assert lookup_path(p, b"d") is None
+        assert lookup_path(p, b"g") is not None
+    finally:
+        p.volumes.close()
+        p.catalog.close()
+    assert read_via_pack(packdir, b"g") == b"reused"
