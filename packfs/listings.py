@@ -5,10 +5,10 @@ carries the snapshot's number and the entry's index, so a reader resumes in the
 snapshot it started in, whatever other readers of the directory do in between: with
 zero-message opendir (dirshim.py) readdir is given no handle of its own, only the
 directory. The last KEEP snapshots are kept (and no more than KEEP_ENTRIES entries in all
-but the newest one's), and one is dropped once read to its end. A
-reader whose snapshot was dropped resumes at the same index of a fresh listing (under a
-new number), which is exact while the directory is unchanged (the kernel, which caches
-listings, starts again from 0 when a directory has changed).
+but the newest one's), and one is dropped once read to its end. A reader whose snapshot
+was dropped resumes at the same index of a fresh listing (under a new number), which is
+exact while the directory is unchanged (the kernel, which caches listings, starts again
+from 0 when a directory has changed).
 """
 from __future__ import annotations
 
