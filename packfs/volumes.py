@@ -241,6 +241,12 @@ class Volumes:
                         log.debug("background preallocation stopped: %s", e)
                         break
 
+    @property
+    def preallocator_idle(self) -> bool:
+        """True when the background preallocator has nothing left to prepare (nor is asked to)."""
+        full = self._room() >= PREALLOC_AHEAD or self.allocated >= self.volume_size + META_RESERVE
+        return self.broken or (full and not self._grow_wanted.is_set())
+
     def _room(self) -> int:
         """Prepared bytes past the tail that no buffered write has claimed."""
         return self.allocated - self.tail - self.reserved

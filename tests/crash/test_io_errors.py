@@ -167,6 +167,9 @@ def test_eio_on_a_flush_of_preallocated_zeros_breaks_the_log(tmp_path: Path) -> 
     async def work(fs: Filesystem) -> None:
         await write_file(fs, "/acked", b"a" * 10000)
         v = fs.volumes
+        with trio.fail_after(30):  # the mount's own zero-filling must not take the fault
+            while not v.preallocator_idle:
+                await trio.sleep(0.01)
         fault = disk.inject("fdatasync", errno.EIO, times=1)
         # A writer that rolls the log over to a fresh volume gets all of it but the last
         # block before the volume's limit fallocated; the preallocator writes zeros over
