@@ -1,4 +1,4 @@
-"""Builds packfs/_dirshim.c, the zero-message opendir for pyfuse3 (packfs/dirshim.py).
+"""Builds packfs/_fuseshim.c, what packfs asks of libfuse beyond pyfuse3 (packfs/fuseshim.py).
 
 Everything else about the package is in pyproject.toml."""
 import subprocess
@@ -15,6 +15,6 @@ def _fuse3_include_dirs() -> list[str]:
     return [f[2:] for f in flags if f.startswith("-I")]
 
 
-setup(ext_modules=[Extension("packfs._dirshim", ["packfs/_dirshim.c"], include_dirs=_fuse3_include_dirs(),
+setup(ext_modules=[Extension("packfs._fuseshim", ["packfs/_fuseshim.c"], include_dirs=_fuse3_include_dirs(),
                              libraries=["fuse3", "dl"], extra_compile_args=["-O2", "-Wall", "-Werror"],
                              optional=True)])

@@ -211,7 +211,9 @@ def format_stats(s: dict) -> str:
         f"commits        {s['commits']:>12,}   device flushes {s['device_flushes']:,}, "
         f"writes {s['device_writes']:,}, checkpoints {s['checkpoints']:,}",
         "directories    " + ("open without a request; the kernel caches their listings"
-                            if s["zero_message_opendir"] else "opened by a FUSE request each (no dirshim)"),
+                            if s["zero_message_opendir"] else "opened by a FUSE request each (no fuse shim)"),
+        "set-ID bits    " + ("taken by packfs on write, truncate and chown (the kernel asks no getxattr per write)"
+                            if s.get("killpriv_v2") else "taken as the kernel asks (cached writes cost a getxattr each)"),
     ]
     if s.get("broken"):
         lines.append(f"BROKEN         writes refused after an I/O error: {s['broken']}")

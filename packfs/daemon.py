@@ -9,7 +9,7 @@ import signal
 import time
 from typing import Callable
 
-from . import dirshim  # noqa: I001 -- first: its library must be loaded before pyfuse3 (see dirshim.py)
+from . import fuseshim  # noqa: I001 -- first: its library must be loaded before pyfuse3 (see fuseshim.py)
 import pyfuse3
 import trio
 
@@ -82,7 +82,7 @@ class Daemon:
                      p.recovery.replayed, p.recovery.orphans, p.recovery.seconds)
         fs = Filesystem(p, self.opts, disk)
         ops = Operations(fs)
-        dirshim.enable(self.opts.dircache)
+        fuseshim.enable(self.opts.dircache)
         try:
             pyfuse3.init(ops, self.mountpoint, fuse_options(self.packdir, self.opts))
         except Exception as e:
@@ -92,9 +92,11 @@ class Daemon:
             os.close(lock_fd)
             return 1
         pack.write_pid(lock_fd)
-        if self.opts.dircache and not dirshim.installed():
-            log.warning("the dirshim is not built or did not take: directories are opened by a FUSE request "
-                        "(see dirshim.py)")
+        if not fuseshim.loaded():
+            log.warning("the fuse shim library is not built: directories are opened by a FUSE request, and "
+                        "cached writes ask the kernel's getxattr before each write (see fuseshim.py)")
+        elif self.opts.dircache and not fuseshim.installed():
+            log.warning("the fuse shim did not take: directories are opened by a FUSE request (see fuseshim.py)")
         try:
             trio.run(self._serve, fs, ops, ready)
         finally:
@@ -112,7 +114,8 @@ class Daemon:
         async def on_control(command: str) -> dict:
             if command == "stats":
                 return {**fs.stats(), "operations": ops.opstats.report(), "busy_poll_turns": ops.busypoll.spins,
-                        "zero_message_opendir": dirshim.active(), "listings_open": len(ops.listings),
+                        "zero_message_opendir": fuseshim.zero_message_opendir(),
+                        "killpriv_v2": fuseshim.killpriv(), "listings_open": len(ops.listings),
                         "device": fs.volumes.timings.report()}
             if command == "sync":
                 await fs.journal.checkpoint()

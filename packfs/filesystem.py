@@ -48,6 +48,7 @@ class Filesystem:
         self.journal = Journal(self.ns, self.volumes, self.wb, pack.catalog, options.checkpoint_bytes,
                                pack.recovery.metas)
         self.handles: dict[int, Inode] = {}
+        self.privileged: set[int] = set()  # handles root opened: their writes keep set-ID bits
         self._next_fh = 1
         self.started = time.time()
 
@@ -110,7 +111,8 @@ class Filesystem:
             self.wb.discard(node)
             self.ns.release(node)
 
-    async def setattr(self, ino: int, change: Setattr) -> Inode:
+    async def setattr(self, ino: int, change: Setattr, privileged: bool = True) -> Inode:
+        """Change attributes; privileged: the caller may keep set-ID bits (CAP_FSETID)."""
         node = self.ns.get(ino)
         now = time.time_ns()
         if change.size is not None:
@@ -126,6 +128,10 @@ class Filesystem:
             node.uid = change.uid
         if change.gid is not None:
             node.gid = change.gid
+        if change.size is not None:
+            self.ns.remove_privileges(node, setid=not privileged)
+        if (change.uid is not None or change.gid is not None) and not node.is_dir:
+            self.ns.remove_privileges(node, setid=True)  # a chown takes them even from root
         if change.atime is not None:
             node.atime = change.atime
         if change.mtime is not None:
@@ -150,21 +156,26 @@ class Filesystem:
 
     # -- contents -------------------------------------------------------------------
 
-    def open(self, ino: int, truncate: bool = False, prefetch: bool = False) -> int:
-        """A handle for a file; prefetch: start reading its first records from the disk now."""
+    def open(self, ino: int, truncate: bool = False, prefetch: bool = False, privileged: bool = True) -> int:
+        """A handle for a file; prefetch: start reading its first records from the disk now;
+        privileged: the opener may keep set-ID bits when it writes or truncates (CAP_FSETID)."""
         node = self.ns.get(ino)
         if node.is_dir:
             raise FsError(errno.EISDIR)
-        if truncate and node.is_reg and node.size:
-            self.wb.truncate(node, 0)
-            node.mtime = node.ctime = time.time_ns()
-            self.ns.touch(node)
+        if truncate and node.is_reg:
+            if node.size:
+                self.wb.truncate(node, 0)
+                node.mtime = node.ctime = time.time_ns()
+                self.ns.touch(node)
+            self.ns.remove_privileges(node, setid=not privileged)
         elif prefetch and node.is_reg:
             self.volumes.prefetch(node.extent_list())
         node.opens += 1
         fh = self._next_fh
         self._next_fh += 1
         self.handles[fh] = node
+        if privileged:
+            self.privileged.add(fh)
         return fh
 
     def _handle(self, fh: int) -> Inode:
@@ -177,10 +188,13 @@ class Filesystem:
         return await self.wb.read(self._handle(fh), offset, size)
 
     async def write(self, fh: int, offset: int, data: bytes) -> int:
-        return await self.journal.reclaiming(self.wb.write, self._handle(fh), offset, data)
+        node = self._handle(fh)
+        self.ns.remove_privileges(node, setid=fh not in self.privileged)
+        return await self.journal.reclaiming(self.wb.write, node, offset, data)
 
     async def release(self, fh: int) -> None:
         node = self.handles.pop(fh, None)
+        self.privileged.discard(fh)
         if node is None:
             return
         node.opens -= 1

@@ -3,7 +3,7 @@
 A reader that starts at offset 0 gets a snapshot of the directory. Each entry's offset
 carries the snapshot's number and the entry's index, so a reader resumes in the
 snapshot it started in, whatever other readers of the directory do in between: with
-zero-message opendir (dirshim.py) readdir is given no handle of its own, only the
+zero-message opendir (fuseshim.py) readdir is given no handle of its own, only the
 directory. The last KEEP snapshots are kept (and no more than KEEP_ENTRIES entries in all
 but the newest one's), and one is dropped once read to its end. A reader whose snapshot
 was dropped resumes at the same index of a fresh listing (under a new number), which is

@@ -20,6 +20,7 @@ from .inodes import INO_MAX, ROOT, Inode, InodeRow, InodeTable
 from .xattrblob import XATTRS_MAX, packed_size
 
 NAME_MAX = 255
+CAPABILITY = b"security.capability"  # file capabilities: what a write by another takes away
 XATTR_SIZE_MAX = 65536
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
@@ -378,6 +379,24 @@ class Namespace:
 
     def touch(self, node: Inode) -> None:
         """Mark an inode changed after the caller edited its attributes."""
+        self._touch(node)
+
+    def remove_privileges(self, node: Inode, setid: bool) -> None:
+        """What writing, truncating or chowning a file takes from it, as Linux does: its
+        file capabilities, and with setid its set-user-ID bit and its set-group-ID bit if
+        the group may execute it (without that bit it marks mandatory locking). The
+        kernel leaves this to packfs (HANDLE_KILLPRIV_V2, see fuseshim.py); the caller
+        says whether the writer may keep the set-ID bits (root: CAP_FSETID)."""
+        kill = (stat.S_ISUID | (stat.S_ISGID if node.mode & stat.S_IXGRP else 0)) if setid else 0
+        caps = node.getxattr(CAPABILITY) is not None
+        if not (node.mode & kill or caps):
+            return
+        node.mode &= ~kill
+        if caps:
+            x = node.xattrs
+            del x[CAPABILITY]
+            node.xattrs = x
+        node.ctime = time.time_ns()
         self._touch(node)
 
     def setxattr(self, ino: int, name: bytes, value: bytes) -> None:

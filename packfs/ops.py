@@ -6,11 +6,15 @@ st_ino 0 so that the kernel caches the negative entry; flush answers ENOSYS so t
 kernel stops sending it (release does the work).
 
 Handles that only write (O_WRONLY) and the handle create() returns use direct I/O
-(option direct_writes): the kernel then sends one request per write() instead of two,
-because its cached write path asks getxattr("security.capability") before every write
-and pyfuse3 cannot negotiate HANDLE_KILLPRIV. A direct write invalidates the kernel's
-cached pages of the range it writes, so other handles and mappings stay coherent; the
-one cost is that a direct handle cannot be mapped MAP_SHARED (ENODEV).
+(option direct_writes): each write() is one request, and nothing is cached that a
+small Swift object would not read back. A direct write invalidates the kernel's cached
+pages of the range it writes, so other handles and mappings stay coherent; the one
+cost is that a direct handle cannot be mapped MAP_SHARED (ENODEV). With
+writeback_cache and nodirect_writes the kernel gathers writes into requests of up to
+1 MiB instead (large objects; see the README), and asks getxattr("security.capability")
+once per file rather than before every write, because the fuse shim takes
+HANDLE_KILLPRIV_V2 (fuseshim.py). The requests carry the opener's uid, so open,
+create and setattr tell the core whether root asked (who keeps set-ID bits).
 """
 from __future__ import annotations
 
@@ -119,7 +123,7 @@ class Operations(pyfuse3.Operations):
             atime=attr.st_atime_ns if fields.update_atime else None,
             mtime=attr.st_mtime_ns if fields.update_mtime else None,
             ctime=attr.st_ctime_ns if fields.update_ctime else None)
-        return self.attrs(await self.fs.setattr(inode, change))
+        return self.attrs(await self.fs.setattr(inode, change, privileged=ctx.uid == 0))
 
     @_op
     async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
@@ -169,7 +173,7 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
-        """Only without the dirshim (dirshim.py): the handle is the directory, as the dirshim makes it."""
+        """Only without the fuse shim (fuseshim.py): the handle is the directory, as the shim makes it."""
         self.fs.ns.dir(inode)
         return inode
 
@@ -189,7 +193,7 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def releasedir(self, fh: int) -> None:
-        """Only without the dirshim; an open directory holds nothing here."""
+        """Only without the fuse shim; an open directory holds nothing here."""
 
     @_op
     async def fsyncdir(self, fh: int, datasync: bool) -> None:
@@ -200,7 +204,8 @@ class Operations(pyfuse3.Operations):
     @_op
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         reading = (flags & os.O_ACCMODE) == os.O_RDONLY
-        fh = self.fs.open(inode, truncate=bool(flags & os.O_TRUNC), prefetch=reading and self._prefetch)
+        fh = self.fs.open(inode, truncate=bool(flags & os.O_TRUNC), prefetch=reading and self._prefetch,
+                          privileged=ctx.uid == 0)
         direct = self._direct_writes and (flags & os.O_ACCMODE) == os.O_WRONLY
         return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=direct)
 
@@ -208,7 +213,7 @@ class Operations(pyfuse3.Operations):
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
                      ctx: pyfuse3.RequestContext) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         node = self.fs.create(parent_inode, name, (mode & ~ctx.umask & 0o7777) | 0o100000, ctx.uid, ctx.gid)
-        fh = self.fs.open(node.ino)
+        fh = self.fs.open(node.ino, privileged=ctx.uid == 0)
         return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=self._direct_writes), self.entry(node)
 
     @_op

@@ -1,0 +1,168 @@
+/*
+ * What packfs needs of libfuse that pyfuse3 does not ask for (see packfs/fuseshim.py for
+ * why and how it is loaded). Two interpositions, each off unless packfs_shim_enable
+ * asked for it before the session is made:
+ *
+ * fuse_session_new (dircache): pyfuse3 hands libfuse its table of low-level handlers
+ * here. This copies the table, changes three entries and calls libfuse's own
+ * fuse_session_new with the copy:
+ *
+ *   opendir      answers ENOSYS at once, in C, when the kernel said at INIT that it
+ *                supports that (FUSE_CAP_NO_OPENDIR_SUPPORT, Linux 5.1 and later; an
+ *                older one would fail the open): the kernel then stops sending OPENDIR
+ *                and RELEASEDIR for the rest of the mount, and opens every directory
+ *                with FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR, so a listing is cached in the
+ *                kernel until the directory changes. Otherwise pyfuse3's opendir runs.
+ *   readdirplus  gets the directory's inode number as its file handle: without opendir
+ *                the kernel sends handle 0, and pyfuse3 passes handlers the handle, not
+ *                the inode. (packfs's own opendir returns the inode as the handle too;
+ *                its fsyncdir needs no handle.)
+ *   init         notes what the kernel supports, then runs pyfuse3's.
+ *
+ * fuse_session_mount (killpriv): libfuse 3.14 cannot ask for FUSE_HANDLE_KILLPRIV_V2
+ * (Linux 5.12 and later): the filesystem, not the kernel, takes set-ID bits and file
+ * capabilities from a file that is written, truncated or chowned. Without it the
+ * kernel's cached write path asks getxattr("security.capability") before every
+ * write(); with it the kernel marks the superblock SB_NOSEC and asks once per inode.
+ * After libfuse's own mount this gives the session a custom I/O that reads and writes
+ * /dev/fuse as libfuse would, noting whether the kernel's INIT offers the flag and
+ * setting it in libfuse's INIT reply if so. packfs does what the flag promises
+ * (Namespace.remove_privileges) whether the kernel agreed or not.
+ */
+#define FUSE_USE_VERSION 31
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <fuse_lowlevel.h>
+#include <linux/fuse.h>
+
+typedef struct fuse_session *(*session_new_fn)(struct fuse_args *, const struct fuse_lowlevel_ops *,
+                                               size_t, void *);
+typedef int (*session_mount_fn)(struct fuse_session *, const char *);
+
+static int want_dircache, want_killpriv; /* asked for by packfs_shim_enable */
+static int installed;    /* the last session got the rewritten table */
+static int zero_message; /* ... and its kernel supports zero-message opendir */
+static struct fuse_lowlevel_ops ops;
+static void (*next_init)(void *, struct fuse_conn_info *);
+static void (*next_opendir)(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
+static void (*next_readdirplus)(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file_info *);
+
+static int init_seen;      /* the kernel's INIT request was read: init_unique is its id */
+static uint64_t init_unique;
+static int init_offers;    /* ... and it offered FUSE_HANDLE_KILLPRIV_V2 */
+static int init_answered;  /* libfuse's INIT reply went out */
+static int killpriv;       /* ... with FUSE_HANDLE_KILLPRIV_V2 set */
+
+static void init_noting_support(void *userdata, struct fuse_conn_info *conn)
+{
+    zero_message = (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
+    next_init(userdata, conn);
+}
+
+static void opendir_enosys(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    if (zero_message)
+        fuse_reply_err(req, ENOSYS);
+    else
+        next_opendir(req, ino, fi);
+}
+
+static void readdirplus_by_inode(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                                 struct fuse_file_info *fi)
+{
+    fi->fh = ino;
+    next_readdirplus(req, ino, size, off, fi);
+}
+
+struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_lowlevel_ops *op,
+                                      size_t op_size, void *userdata)
+{
+    session_new_fn next = (session_new_fn)dlsym(RTLD_NEXT, "fuse_session_new");
+    if (next == NULL)
+        return NULL;
+    installed = zero_message = 0;
+    init_seen = init_offers = init_answered = killpriv = 0;
+    if (!want_dircache || op_size > sizeof ops || op->init == NULL || op->opendir == NULL ||
+        op->readdirplus == NULL)
+        return next(args, op, op_size, userdata);
+    memcpy(&ops, op, op_size);
+    next_init = op->init;
+    next_opendir = op->opendir;
+    next_readdirplus = op->readdirplus;
+    ops.init = init_noting_support;
+    ops.opendir = opendir_enosys;
+    ops.readdirplus = readdirplus_by_inode;
+    struct fuse_session *se = next(args, &ops, op_size, userdata);
+    installed = se != NULL;
+    return se;
+}
+
+static ssize_t read_noting_init(int fd, void *buf, size_t len, void *userdata)
+{
+    (void)userdata;
+    ssize_t n = read(fd, buf, len);
+    if (!init_seen && n >= (ssize_t)(sizeof(struct fuse_in_header) + 16)) {
+        const struct fuse_in_header *in = buf;
+        if (in->opcode == FUSE_INIT) {
+            const struct fuse_init_in *arg = (const struct fuse_init_in *)(in + 1);
+            init_seen = 1;
+            init_unique = in->unique;
+            init_offers = (arg->flags & FUSE_HANDLE_KILLPRIV_V2) != 0;
+        }
+    }
+    return n;
+}
+
+static ssize_t writev_asking_killpriv(int fd, struct iovec *iov, int count, void *userdata)
+{
+    (void)userdata;
+    if (init_seen && !init_answered && count >= 2 && iov[0].iov_len >= sizeof(struct fuse_out_header) &&
+        ((struct fuse_out_header *)iov[0].iov_base)->unique == init_unique) {
+        init_answered = 1;
+        struct fuse_out_header *out = iov[0].iov_base;
+        if (init_offers && out->error == 0 && iov[1].iov_len >= offsetof(struct fuse_init_out, flags) + 4) {
+            ((struct fuse_init_out *)iov[1].iov_base)->flags |= FUSE_HANDLE_KILLPRIV_V2;
+            killpriv = 1;
+        }
+    }
+    return writev(fd, iov, count);
+}
+
+static const struct fuse_custom_io killpriv_io = {.read = read_noting_init, .writev = writev_asking_killpriv};
+
+int fuse_session_mount(struct fuse_session *se, const char *mountpoint)
+{
+    session_mount_fn next = (session_mount_fn)dlsym(RTLD_NEXT, "fuse_session_mount");
+    if (next == NULL)
+        return -1;
+    int r = next(se, mountpoint);
+    if (r == 0 && want_killpriv)
+        fuse_session_custom_io(se, &killpriv_io, fuse_session_fd(se)); /* the same fd: only the I/O changes */
+    return r;
+}
+
+void packfs_shim_enable(int dircache, int kill_priv)
+{
+    want_dircache = dircache;
+    want_killpriv = kill_priv;
+}
+
+int packfs_shim_installed(void)
+{
+    return installed;
+}
+
+int packfs_shim_zero_message_opendir(void)
+{
+    return installed && zero_message;
+}
+
+int packfs_shim_killpriv(void)
+{
+    return killpriv;
+}

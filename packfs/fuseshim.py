@@ -1,0 +1,69 @@
+"""A C library that asks libfuse for what packfs needs and pyfuse3 does not (_fuseshim.c).
+
+Zero-message opendir (option dircache): every directory a Swift operation touches is
+opened, to list it and to fsync it after a change. Through pyfuse3 each open costs two
+round trips (OPENDIR, RELEASEDIR) and each listing two READDIRs, ~40 us each: 8 of a 4
+KiB PUT's 46 requests, 4 of a GET's 13, and 4 per directory of a replicator's walk.
+Kernels since 5.1 stop sending OPENDIR and RELEASEDIR once an opendir answers ENOSYS,
+and then cache each listing until the directory changes. pyfuse3 cannot use that: its
+readdir is given the handle opendir returned, never the inode. The library rewrites the
+handler table pyfuse3 gives libfuse so that opendir answers ENOSYS in C and readdir is
+given the inode as its handle. Operations.opendir returns the inode as the handle too,
+so the same readdir serves both ways.
+
+HANDLE_KILLPRIV_V2 (always asked for): the kernel's cached write path (writeback_cache,
+or a handle without direct I/O) asks getxattr("security.capability") before every
+write() unless the filesystem takes set-ID bits and capabilities itself, which libfuse
+3.14 cannot say. The library says it in libfuse's INIT reply, and packfs does it
+(Namespace.remove_privileges): a 64 KiB stream then costs one getxattr per file
+instead of one per write.
+
+The library must be in the global symbol scope before pyfuse3 binds libfuse's symbols,
+which it does when it is imported (Python loads extensions with RTLD_NOW): importing
+this module loads it there, so the daemon imports it before pyfuse3. By itself the
+library changes nothing; `enable` asks for each part in the next session. If the
+library is not built, or pyfuse3 was bound first, or the kernel is too old, the mount
+works as before; the functions below say which way it went.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+
+
+def _load() -> ctypes.CDLL | None:
+    spec = importlib.util.find_spec("packfs._fuseshim")
+    if spec is None or spec.origin is None:
+        return None
+    return ctypes.CDLL(spec.origin, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+
+
+_lib = _load()
+
+
+def enable(dircache: bool, killpriv: bool = True) -> None:
+    """Ask for each part in the next FUSE session (call before pyfuse3.init)."""
+    if _lib is not None:
+        _lib.packfs_shim_enable(int(dircache), int(killpriv))
+
+
+def loaded() -> bool:
+    return _lib is not None
+
+
+def installed() -> bool:
+    """Whether the last FUSE session made got the rewritten handler table (dircache)."""
+    return _lib is not None and bool(_lib.packfs_shim_installed())
+
+
+def zero_message_opendir() -> bool:
+    """Whether the last FUSE session opens directories without a request (known once the
+    kernel's INIT was answered: the kernel must support it)."""
+    return _lib is not None and bool(_lib.packfs_shim_zero_message_opendir())
+
+
+def killpriv() -> bool:
+    """Whether the kernel of the last FUSE session left set-ID bits and file capabilities
+    to packfs (HANDLE_KILLPRIV_V2; known once the kernel's INIT was answered)."""
+    return _lib is not None and bool(_lib.packfs_shim_killpriv())
