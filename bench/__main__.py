@@ -1,7 +1,9 @@
 """`python -m bench [--quick] PART...`: run benchmark parts side by side on packfs, XFS, ext4.
 
-PART is fio, swift, scale, or all (the default); `report` only re-renders the table from
-the JSON files already in the output directory.  Environment (used by mk/bench.mk):
+PART is fio, swift, scale, or all (the default); swift-large runs only the swift part's
+large-object PUTs and GET (1 GiB, 128 MiB with QUICK), to compare mount options for large
+objects; `report` only re-renders the table from the JSON files already in the output
+directory.  Environment (used by mk/bench.mk):
 
   QUICK=1                 small sizes, finishes in under 10 minutes
   BENCH_REPS=N            repetitions (default 3; 2 with QUICK)
@@ -27,6 +29,7 @@ from .testbed import FS_ORDER, Testbed, packfs_available
 from .util import REPO, log
 
 PARTS = ("fio", "swift", "scale")
+EXTRA_PARTS = ("swift-large",)  # run only when named, never by "all"
 
 
 def _env_bool(name: str) -> bool:
@@ -50,8 +53,8 @@ def main(argv=None) -> int:
         print(rep.report(a.out, found))
         return 0
     for p in parts:
-        if p not in PARTS:
-            ap.error(f"unknown part {p!r}; choose from {', '.join(PARTS)}, all, report")
+        if p not in PARTS + EXTRA_PARTS:
+            ap.error(f"unknown part {p!r}; choose from {', '.join(PARTS + EXTRA_PARTS)}, all, report")
     if os.geteuid() != 0:
         print("bench: must run as root (loop devices, mounts, drop_caches, cgroups)", file=sys.stderr)
         return 2
@@ -84,10 +87,10 @@ def main(argv=None) -> int:
                 from . import fio as mod
                 with _testbed(a, fs_names, size_gib=8 if a.quick else 16) as tb:
                     mod.main(tb, res, a.quick, reps, tmp)
-            elif part == "swift":
+            elif part in ("swift", "swift-large"):
                 from . import swiftbench as mod
                 with _testbed(a, fs_names, size_gib=8 if a.quick else 16) as tb:
-                    mod.main(tb, res, a.quick, reps, a.work)
+                    mod.main(tb, res, a.quick, reps, a.work, only_large=part == "swift-large")
             elif part == "scale":
                 from . import scale as mod
                 n = a.objects or (20_000 if a.quick else 1_000_000)

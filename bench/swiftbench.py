@@ -68,13 +68,15 @@ class SwiftBench:
             return None
 
     # ------------------------------------------------------------------ parts
-    def run(self) -> None:
+    def run(self, only_large: bool = False) -> None:
         self.start()
         try:
-            self.fuse_requests()
-            self.small()
+            if not only_large:
+                self.fuse_requests()
+                self.small()
             self.large()
-            self.sweep()
+            if not only_large:
+                self.sweep()
         finally:
             self.stop()
 
@@ -195,10 +197,12 @@ class SwiftBench:
         log("  FUSE requests per 4 KiB op (c1): " + ", ".join(f"{k} {v:.1f}" for k, v in tot.items()))
 
 
-def main(tb, res: Results, quick: bool, reps: int, work: Path) -> None:
+def main(tb, res: Results, quick: bool, reps: int, work: Path, only_large: bool = False) -> None:
+    """only_large: just the large-object PUTs and GET (seed 000's table; part swift-large),
+    to compare mount options for large objects in a few minutes."""
     sb = SwiftBench(tb, res, quick, reps, work)
     res.config["swift"] = {"phase_seconds": sb.phase_s, "sweep_seconds": sb.sweep_s, "large_object": sb.big,
                            "max_ops": {size_label(k): v for k, v in sb.max_ops.items()},
                            "object_server": f"stock swift-object-server, workers={so.WORKERS}, one per filesystem",
                            "part_power": so.PART_POWER}
-    sb.run()
+    sb.run(only_large)

@@ -3,10 +3,11 @@
 #   make bench-fio      fio-jobs/ only
 #   make bench-swift    stock Swift object server workloads only
 #   make bench-scale    lots of small files (seed 004): walk, cold GETs, RSS, mount, recovery
+#   make bench-swift-large   only Swift's 1 GiB PUTs and GET (compare BENCH_PACKFS_OPTS for large objects)
 #   QUICK=1             small sizes, under 10 minutes in all
 # Knobs: BENCH_REPS, BENCH_WORK, BENCH_OUT, BENCH_FS, BENCH_OBJECTS, BENCH_PACKFS_OPTS,
 #        BENCH_PACKFS_BACKING (exported to the harness from the environment or make's command line).
-.PHONY: bench bench-fio bench-swift bench-scale bench-report
+.PHONY: bench bench-fio bench-swift bench-swift-large bench-scale bench-report
 
 BENCH_RUN = QUICK=$(QUICK) $(PY) -m bench
 
@@ -18,6 +19,9 @@ bench-fio: setup
 
 bench-swift: setup
 	$(BENCH_RUN) swift
+
+bench-swift-large: setup
+	$(BENCH_RUN) swift-large
 
 bench-scale: setup
 	$(BENCH_RUN) scale
