@@ -49,6 +49,7 @@ def enable(dircache: bool, killpriv: bool = True) -> None:
 
 
 def loaded() -> bool:
+    """Whether the library is built and loaded (without it, neither part can happen)."""
     return _lib is not None
 
 
