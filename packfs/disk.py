@@ -18,7 +18,6 @@ _FALLOC_FL_PUNCH_HOLE = 0x02
 _ZERO_CHUNK = 1 << 20
 _DIRECT_ALIGN = 4096
 _DIRECT_ZEROS = mmap.mmap(-1, _ZERO_CHUNK)  # page-aligned zeros, as O_DIRECT wants
-_IOV_MAX = os.sysconf("SC_IOV_MAX")  # buffers one pwritev takes
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
@@ -42,17 +41,6 @@ class Disk:
         while view:
             n = os.pwrite(fd, view, offset)
             view, offset = view[n:], offset + n
-
-    def pwritev(self, fd: int, buffers: list, offset: int) -> None:
-        """Write buffers back to back from offset, without joining them first: records'
-        payloads reach the kernel uncopied (a short write finishes through pwrite)."""
-        for i in range(0, len(buffers), _IOV_MAX):
-            group = buffers[i:i + _IOV_MAX]
-            total = sum(map(len, group))
-            n = os.pwritev(fd, group, offset)
-            if n < total:
-                self.pwrite(fd, memoryview(b"".join(group))[n:], offset + n)
-            offset += total
 
     def pread(self, fd: int, length: int, offset: int) -> bytes:
         return os.pread(fd, length, offset)

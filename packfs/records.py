@@ -51,22 +51,12 @@ def footprint(payload_length: int) -> int:
     return -(-(HEADER_SIZE + payload_length) // BLOCK) * BLOCK
 
 
-Payload = bytes | bytearray | memoryview
-_PADDING = memoryview(bytes(BLOCK))  # a record's padding is shorter than a block
-
-
-def encode_parts(rtype: int, seq: int, ino: int, offset: int, payload: Payload,
-                 pack_id: int) -> tuple[bytes, Payload, memoryview]:
-    """The record as its header, its payload (itself, not a copy) and its padding to the
-    footprint: written back to back (Disk.pwritev), the payload is never copied here."""
+def encode(rtype: int, seq: int, ino: int, offset: int, payload: bytes | bytearray | memoryview,
+           pack_id: int) -> bytes:
+    """The record's bytes, padded to its footprint (the one copy of the payload)."""
     n = len(payload)
     head = HEADER.pack(MAGIC, rtype, 0, 0, seq, ino, offset, n, zlib.crc32(payload), pack_id)
-    return head + _CRC.pack(zlib.crc32(head)), payload, _PADDING[:footprint(n) - HEADER_SIZE - n]
-
-
-def encode(rtype: int, seq: int, ino: int, offset: int, payload: Payload, pack_id: int) -> bytes:
-    """The record's bytes, padded to its footprint."""
-    return b"".join(encode_parts(rtype, seq, ino, offset, payload, pack_id))
+    return b"".join((head, _CRC.pack(zlib.crc32(head)), payload, bytes(footprint(n) - HEADER_SIZE - n)))
 
 
 def decode_header(buf: bytes, pack_id: int) -> Header:

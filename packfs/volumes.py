@@ -55,8 +55,7 @@ class _Queued:
     ticket: int
     volume: int
     offset: int
-    parts: tuple  # header, payload, padding (records.encode_parts); () for a flush alone
-    size: int  # their bytes: the record's footprint
+    data: bytes
     sync: bool
 
 
@@ -89,7 +88,7 @@ class Volumes:
         self._outstanding = 0  # submitted to the appender, not yet done (on the loop only)
         self._batching = 0  # inside batch(): the appender is woken when it ends
         self._stopping = False
-        self._inflight: dict[tuple[int, int], records.Payload] = {}  # payloads queued, not yet written
+        self._inflight: dict[tuple[int, int], bytes] = {}
         self._next_ticket = 1
         self._written = 0
         self._synced = 0
@@ -265,37 +264,34 @@ class Volumes:
 
     # -- appending ----------------------------------------------------------------
 
-    def append(self, rtype: int, ino: int, offset: int, payload: records.Payload,
-               sync: bool = False) -> tuple[int, int, int]:
+    def append(self, rtype: int, ino: int, offset: int, payload: bytes, sync: bool = False) -> tuple[int, int, int]:
         """Reserve the next log position for a record and queue it; returns (volume, offset, ticket).
 
         Synchronous: the log order is the order of calls. A META record's `offset` field
-        holds where its write batch began (see recovery), filled in here. The payload is
-        queued as it is, not copied: no one may change it afterwards.
+        holds where its write batch began (see recovery), filled in here.
         """
         if self.broken:
             raise FsError(errno.EIO, "the volume log is broken by an earlier I/O error")
         vol, off = self.active, self.tail
         if rtype == records.META:
             offset = self._last_meta_end.get(vol, 0)
-        parts = records.encode_parts(rtype, self.seq, ino, offset, payload, self.pack_id)
-        size = records.footprint(len(payload))
+        data = records.encode(rtype, self.seq, ino, offset, payload, self.pack_id)
         self.seq += 1
-        self.tail += size
+        self.tail += len(data)
         if self.tail > self.allocated:
             # A commit bigger than the space prepared for metadata: the record extends the
             # volume itself, and zeros must never be written over it, now or later.
             with self._zero_lock:
                 self._fence = min(self._fence, off)
             self.allocated = self.tail
-        self.appended += size
+        self.appended += len(data)
         if rtype == records.META:
             self._last_meta_end[vol] = self.tail
         ticket = self._next_ticket
         self._next_ticket += 1
-        self._submit(_Queued(ticket, vol, off, parts, size, sync))
-        self._inflight[(vol, off)] = payload
-        self.queued_bytes += size
+        self._submit(_Queued(ticket, vol, off, data, sync))
+        self._inflight[(vol, off)] = data
+        self.queued_bytes += len(data)
         if self._room() < PREALLOC_AHEAD // 2:
             self._grow_wanted.set()
         return vol, off, ticket
@@ -313,7 +309,7 @@ class Volumes:
                 flush_coming = any(q.sync for q in self._pending)
             if not flush_coming and self._written >= ticket:
                 # Nothing will flush on its own: ask for a flush after what is queued.
-                self._submit(_Queued(0, self.active, -1, (), 0, True))
+                self._submit(_Queued(0, self.active, -1, b"", True))
             await self._progress.wait()
         if self.broken and self._synced < ticket:
             raise FsError(errno.EIO, "write to the backing disk failed")
@@ -411,27 +407,27 @@ class Volumes:
         for q in batch:
             if q.offset >= 0:
                 self._inflight.pop((q.volume, q.offset), None)
-                self.queued_bytes -= q.size
+                self.queued_bytes -= len(q.data)
         if not self.broken:
             tickets = [q.ticket for q in batch if q.ticket]
             if tickets:
                 self._written = max(self._written, max(tickets))
             if any(q.sync for q in batch):
                 self._synced = self._written
-                ends = [(q.volume, q.offset + q.size) for q in batch if q.offset >= 0]
+                ends = [(q.volume, q.offset + len(q.data)) for q in batch if q.offset >= 0]
                 if ends:
                     self.durable_pos = max(self.durable_pos, max(ends))
         self._progress.set()
         self._progress = trio.Event()
 
     def _write_batch(self, batch: list[_Queued]) -> None:
-        """Write a batch in one pwritev per contiguous run, then flush if any record asked."""
+        """Write a batch in one pwrite per contiguous run, then flush if any record asked."""
         run_vol, run_off, parts = 0, 0, []
 
         def write_run() -> None:
             if parts:
                 t0 = time.perf_counter_ns()
-                self.disk.pwritev(self.fd(run_vol), parts, run_off)
+                self.disk.pwrite(self.fd(run_vol), parts[0] if len(parts) == 1 else b"".join(parts), run_off)
                 self.timings.record("disk_write", time.perf_counter_ns() - t0)
                 self.writes += 1
 
@@ -448,11 +444,11 @@ class Volumes:
                 self.disk.fdatasync(self.fd(self._last_written_volume))
             self._last_written_volume = q.volume
             if q.volume == run_vol and q.offset == end:
-                parts.extend(q.parts)
+                parts.append(q.data)
             else:
                 write_run()
-                run_vol, run_off, parts = q.volume, q.offset, list(q.parts)
-            end = q.offset + q.size
+                run_vol, run_off, parts = q.volume, q.offset, [q.data]
+            end = q.offset + len(q.data)
             if q.volume not in touched:
                 touched.append(q.volume)
         write_run()
@@ -469,7 +465,7 @@ class Volumes:
         """The verified payload of a DATA record; EIO if it is corrupt."""
         queued = self._inflight.get((volume, offset))
         if queued is not None:
-            return bytes(queued[:length])
+            return queued[records.HEADER_SIZE: records.HEADER_SIZE + length]
         k = (volume, offset)
         while (loading := self._loading.get(k)) is not None:
             await loading.wait()  # kernel readahead asks for one record many times at once

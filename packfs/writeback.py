@@ -58,25 +58,18 @@ class WriteBehind:
                 await self.volumes.ensure_space(need)
                 continue  # the run may have moved on while we waited
             break
-        if buf is None and data and len(data) % self.chunk_size == 0 and isinstance(data, bytes):
-            # Whole chunks with nothing buffered (the kernel's writeback cache sends 1 MiB
-            # at a time): the records take the request's own bytes, uncopied.
-            view = memoryview(data)
-            for pos in range(0, len(data), self.chunk_size):
-                self._append(node, offset + pos, view[pos:pos + self.chunk_size])
-        else:
-            if buf is None:
-                buf = node.wbuf = Buffer(offset)
-                self.dirty[node.ino] = node
-            pos = offset - buf.start
-            grown = max(0, pos + len(data) - len(buf.data))
-            buf.data[pos:pos + len(data)] = data
-            self._hold(buf)
-            self.dirty_bytes += grown
+        if buf is None:
+            buf = node.wbuf = Buffer(offset)
+            self.dirty[node.ino] = node
+        pos = offset - buf.start
+        grown = max(0, pos + len(data) - len(buf.data))
+        buf.data[pos:pos + len(data)] = data
+        self._hold(buf)
+        self.dirty_bytes += grown
         node.size = max(node.size, offset + len(data))
         node.mtime = node.ctime = time.time_ns()
         self.ns.touch(node)
-        if buf is not None and len(buf.data) >= self.chunk_size:
+        if len(buf.data) >= self.chunk_size:
             self._flush_chunks(node)
         if self.dirty_bytes + self.volumes.queued_bytes > self.max_dirty:
             await self.volumes.wait_written(self.volumes.last_ticket)
@@ -94,21 +87,16 @@ class WriteBehind:
         buf.reserved = cost
 
     def _flush_chunks(self, node: Inode) -> None:
-        """Append the whole chunks of a file's run; keep the tail buffered.
-
-        Records take their payloads as they are (Volumes.append), and the buffer is cut
-        afterwards, so the chunks are copied out of it once (keeping its capacity: a
-        stream of 64 KiB writes refills it without reallocating)."""
+        """Append the whole chunks of a file's run; keep the tail buffered."""
         buf = node.wbuf
         if buf is None:
             return
         whole = len(buf.data) // self.chunk_size * self.chunk_size
-        if whole:
-            with memoryview(buf.data) as view:
-                chunks = memoryview(bytes(view[:whole]))
-            del buf.data[:whole]
+        with memoryview(buf.data) as view:  # one copy per chunk, into the record
             for pos in range(0, whole, self.chunk_size):
-                self._append(node, buf.start + pos, chunks[pos:pos + self.chunk_size])
+                self._append(node, buf.start + pos, view[pos:pos + self.chunk_size])
+        if whole:
+            del buf.data[:whole]
             buf.start += whole
             self.dirty_bytes -= whole
             self._hold(buf)
@@ -116,8 +104,7 @@ class WriteBehind:
             self._drop(node)
 
     def flush(self, node: Inode) -> None:
-        """Append a file's whole run now (fsync, release, or a non-contiguous write); the
-        record takes the buffer, which is dropped."""
+        """Append a file's whole run now (fsync, release, or a non-contiguous write)."""
         self._flush_chunks(node)
         buf = node.wbuf
         if buf is None:

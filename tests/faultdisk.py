@@ -319,9 +319,6 @@ class FaultDisk(Disk):
             self._need_space(self.files[rel], offset, len(data))
             self._do(("pwrite", rel, offset, bytes(data)))
 
-    def pwritev(self, fd: int, buffers: list, offset: int) -> None:
-        self.pwrite(fd, b"".join(buffers), offset)  # one write, as the faults see it
-
     def pread(self, fd: int, length: int, offset: int) -> bytes:
         with self.lock:
             rel = self._path(fd)

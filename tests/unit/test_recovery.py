@@ -444,31 +444,3 @@ def test_a_directory_number_a_file_took_in_the_same_commit_replays(packdir):
         p.volumes.close()
         p.catalog.close()
     assert read_via_pack(packdir, b"g") == b"reused"
-
-
-def test_whole_chunks_written_at_once_skip_the_buffer_and_survive_a_crash(packdir):
-    """The kernel's writeback cache sends 1 MiB writes: each becomes a record of the
-    request's own bytes, with nothing left in the write-behind buffer."""
-    chunk = Options().disk_chunk_size
-    data = bytes(range(256)) * (3 * chunk // 256)
-
-    async def body(fs: Filesystem) -> None:
-        payloads = []
-        append = fs.volumes.append
-        fs.volumes.append = lambda rtype, ino, offset, payload, sync=False: (
-            payloads.append(payload) or append(rtype, ino, offset, payload, sync))
-        node = fs.create(ROOT, b"stream", REG, 0, 0)
-        fh = fs.open(node.ino)
-        first = data[:chunk]
-        await fs.write(fh, 0, first)
-        assert node.wbuf is None and len(node.extent_list()) == 1
-        assert payloads[0].obj is first  # the record holds the request's bytes, not a copy
-        await fs.write(fh, chunk, data[chunk:3 * chunk])
-        await fs.write(fh, 3 * chunk, b"tail")  # not a whole chunk: buffered
-        assert node.wbuf is not None
-        assert await read_all(fs, node.ino) == data + b"tail"
-        await fs.fsync()
-        await fs.release(fh)
-
-    run(packdir, body, clean=False)
-    assert read_via_pack(packdir, b"stream") == data + b"tail"
