@@ -16,12 +16,15 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import Sequence, Union
 
 MAGIC = b"PKR1"
 BLOCK = 4096
 HEADER = struct.Struct("<4sBBHQQQIII")
 _CRC = struct.Struct("<I")
 HEADER_SIZE = HEADER.size + _CRC.size  # 48
+
+Payload = Union[bytes, bytearray, memoryview]
 
 DATA = 1
 META = 2
@@ -51,12 +54,15 @@ def footprint(payload_length: int) -> int:
     return -(-(HEADER_SIZE + payload_length) // BLOCK) * BLOCK
 
 
-def encode(rtype: int, seq: int, ino: int, offset: int, payload: bytes | bytearray | memoryview,
-           pack_id: int) -> bytes:
-    """The record's bytes, padded to its footprint (the one copy of the payload)."""
-    n = len(payload)
-    head = HEADER.pack(MAGIC, rtype, 0, 0, seq, ino, offset, n, zlib.crc32(payload), pack_id)
-    return b"".join((head, _CRC.pack(zlib.crc32(head)), payload, bytes(footprint(n) - HEADER_SIZE - n)))
+def encode(rtype: int, seq: int, ino: int, offset: int, parts: Sequence[Payload], pack_id: int) -> bytes:
+    """The record's bytes, padded to its footprint: the payload is the parts in order,
+    copied once, here."""
+    n = crc = 0
+    for p in parts:
+        n += len(p)
+        crc = zlib.crc32(p, crc)
+    head = HEADER.pack(MAGIC, rtype, 0, 0, seq, ino, offset, n, crc, pack_id)
+    return b"".join((head, _CRC.pack(zlib.crc32(head)), *parts, bytes(footprint(n) - HEADER_SIZE - n)))
 
 
 def decode_header(buf: bytes, pack_id: int) -> Header:

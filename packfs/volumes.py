@@ -264,8 +264,10 @@ class Volumes:
 
     # -- appending ----------------------------------------------------------------
 
-    def append(self, rtype: int, ino: int, offset: int, payload: bytes, sync: bool = False) -> tuple[int, int, int]:
-        """Reserve the next log position for a record and queue it; returns (volume, offset, ticket).
+    def append(self, rtype: int, ino: int, offset: int, *payload: records.Payload,
+               sync: bool = False) -> tuple[int, int, int]:
+        """Reserve the next log position for a record of the payload's parts, in order, and
+        queue it; returns (volume, offset, ticket).
 
         Synchronous: the log order is the order of calls. A META record's `offset` field
         holds where its write batch began (see recovery), filled in here.
