@@ -38,12 +38,12 @@ import os
 import stat
 import sys
 import time
-import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
 
 import apsw
+from zlib_ng.zlib_ng import crc32
 
 from . import READABLE_FORMATS, journal, records
 from . import extents as ext
@@ -241,7 +241,7 @@ def scan_volumes(disk: Disk, volumes: Volumes, progress: Progress = QUIET) -> Sc
                 rec = Scanned(vol, pos, header, False, "record runs past the end of the volume")
             else:
                 payload = r.read(pos + records.HEADER_SIZE, header.length)
-                ok = zlib.crc32(payload) == header.payload_crc
+                ok = crc32(payload) == header.payload_crc
                 rec = Scanned(vol, pos, header, ok, "" if ok else "payload checksum mismatch")
             out.records[(vol, pos)] = rec
             pos += header.footprint

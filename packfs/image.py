@@ -26,9 +26,10 @@ import secrets
 import stat
 import struct
 import sys
-import zlib
 from array import array
 from typing import Callable, Iterator
+
+from zlib_ng.zlib_ng import crc32
 
 from . import inodes
 from .arena import Arena
@@ -78,9 +79,9 @@ def save(packdir: str, table: InodeTable, token: int, stamp: Stamp) -> int:
                           table.live)
     try:
         with open(tmp, "wb") as f:
-            f.write(header + _CRC.pack(zlib.crc32(header)))
+            f.write(header + _CRC.pack(crc32(header)))
             for payload in _sections(table, slots):
-                f.write(_SECTION.pack(len(payload), zlib.crc32(payload)))
+                f.write(_SECTION.pack(len(payload), crc32(payload)))
                 f.write(payload)
             f.flush()
             os.fsync(f.fileno())
@@ -157,7 +158,7 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
     head = r.take(_HEADER.size + _CRC.size)
     if head[:len(_MAGIC)] != _MAGIC:
         raise ImageError("it is not a packfs namespace image")
-    if _CRC.unpack_from(head, _HEADER.size)[0] != zlib.crc32(head[:_HEADER.size]):
+    if _CRC.unpack_from(head, _HEADER.size)[0] != crc32(head[:_HEADER.size]):
         raise ImageError("its header is damaged")
     _, version, flags, got, *taken, slots, live = _HEADER.unpack_from(head)
     if version != VERSION:
@@ -252,7 +253,7 @@ class _Reader:
     def section(self, expected: int | None = None) -> memoryview:
         length, crc = _SECTION.unpack(self.take(_SECTION.size))
         payload = self.take(length)
-        if zlib.crc32(payload) != crc:
+        if crc32(payload) != crc:
             raise ImageError("a section is damaged (CRC mismatch)")
         return self.section_payload(payload, expected)
 

