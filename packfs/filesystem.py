@@ -204,8 +204,9 @@ class Filesystem:
         if node.wbuf is not None and node.opens == 0:
             self.wb.flush(node)  # its space was held when it was written
 
-    async def fsync(self) -> None:
-        await self.journal.commit()
+    async def fsync(self, alone: bool = False) -> None:
+        """alone: no other request is in flight (see Journal.commit)."""
+        await self.journal.commit(alone)
 
     # -- the whole filesystem -------------------------------------------------------
 

@@ -100,9 +100,10 @@ class Journal:
         self.checkpoints = 0
         self.last_checkpoint_seconds = 0.0
 
-    def _stage(self) -> None:
-        """Synchronously queue all buffered data and one META of all changes, as one batch."""
-        with self.volumes.batch():
+    def _stage(self, wake: bool = True) -> None:
+        """Synchronously queue all buffered data and one META of all changes, as one batch
+        (see Volumes.batch for wake)."""
+        with self.volumes.batch(wake):
             self.wb.flush_all()
             changes = self.ns.take_journal_changes()
             if changes:
@@ -116,11 +117,14 @@ class Journal:
         """META records that die at the next checkpoint."""
         return self._metas
 
-    async def commit(self) -> None:
-        """Make every change so far durable (fsync, fsyncdir)."""
+    async def commit(self, alone: bool = False) -> None:
+        """Make every change so far durable (fsync, fsyncdir). alone: no other request is
+        in flight, so the loop writes and flushes the commit itself (Volumes.write_now)."""
         await self.volumes.ensure_space(records.BLOCK, metadata=True)  # buffered data holds its own
-        self._stage()
+        self._stage(wake=not alone)
         self._compress_wanted.set()  # runs while the appender writes and flushes
+        if alone:
+            self.volumes.write_now()
         await self.volumes.wait_durable(self.volumes.last_ticket)
         if self.volumes.appended - self._appended_at_checkpoint > self.checkpoint_bytes or \
                 len(self.ns.catalog_changes.inodes) > 200_000 or len(self.ns.frees) > 4096:

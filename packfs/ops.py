@@ -44,6 +44,7 @@ def _op(fn: Callable) -> Callable:
     async def handler(self: "Operations", *args: Any) -> Any:
         t0 = time.perf_counter_ns()
         failed = True
+        self.inflight += 1
         try:
             result = await fn(self, *args)
             failed = False
@@ -56,6 +57,7 @@ def _op(fn: Callable) -> Callable:
             log.exception("%s%r failed", name, args[:3])
             raise pyfuse3.FUSEError(errno.EIO) from None
         finally:
+            self.inflight -= 1
             self.opstats.record(name, time.perf_counter_ns() - t0, failed)
             self.busypoll.touch()
 
@@ -70,6 +72,7 @@ class Operations(pyfuse3.Operations):
         super().__init__()
         self.fs = fs
         self.opstats = OpStats()
+        self.inflight = 0  # requests being served: an fsync alone commits on the loop itself
         self.busypoll = BusyPoll(fs.options.busy_poll_us, lambda: not fs.volumes.threads_working)
         self.enable_writeback_cache = fs.options.writeback_cache
         self._entry_timeout = fs.options.entry_timeout
@@ -197,7 +200,7 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def fsyncdir(self, fh: int, datasync: bool) -> None:
-        await self.fs.fsync()
+        await self.fs.fsync(alone=self.inflight == 1)
 
     # -- files ------------------------------------------------------------------------
 
@@ -234,7 +237,7 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def fsync(self, fh: int, datasync: bool) -> None:
-        await self.fs.fsync()
+        await self.fs.fsync(alone=self.inflight == 1)
 
     # -- xattrs -----------------------------------------------------------------------
 

@@ -337,19 +337,47 @@ class Volumes:
                 self._pending_cond.notify()
 
     @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self, wake: bool = True) -> Iterator[None]:
         """Queue the records appended inside as one batch: the appender is woken once, after
         the last, so a commit's data and its META go out in one write (not a write for the
-        data and a second one, and a second thread wake-up, for the META)."""
+        data and a second one, and a second thread wake-up, for the META). With wake False
+        it is not woken here: the caller must call write_now, which writes the batch on
+        the loop or wakes the appender for it."""
         self._batching += 1
         try:
             yield
         finally:
             self._batching -= 1
-            if not self._batching:
+            if not self._batching and wake:
                 with self._pending_cond:
                     if self._pending:
                         self._pending_cond.notify()
+
+    def write_now(self) -> bool:
+        """On the loop: write and flush everything queued on this thread, if the appender
+        has no batch in hand; False (the appender is woken for it) otherwise.
+
+        For a commit nothing else waits behind (a lone fsync): handing the batch to the
+        appender costs its wake-up and its GIL wait (0.15-0.4 ms measured), and the way
+        back to the loop (~0.1 ms), around a ~0.5 ms flush. The loop is blocked while
+        this runs; the syscalls release the GIL.
+        """
+        with self._pending_cond:
+            if self._outstanding != len(self._pending) or self._stopping or self.broken or not self._pending:
+                if self._pending:
+                    # The appender has a batch in hand, or has written one whose
+                    # _batch_done is still to run here, and may be waiting already.
+                    self._pending_cond.notify()
+                return False
+            batch, self._pending = self._pending, []
+        failed = 0
+        try:
+            self._write_batch(batch)
+        except OSError as e:
+            failed = e.errno or errno.EIO
+            log.error("volume write failed, refusing further writes: %s", e)
+        self._batch_done(batch, failed)
+        return True
 
     async def run(self) -> None:
         """The appender: a thread of its own writes queued records in log order.

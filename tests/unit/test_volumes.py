@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
+import time
 
 import pytest
 import trio
@@ -150,6 +152,70 @@ def test_prefetch_skips_cached_and_large_records_and_never_fails(tmp_path):
         assert v.prefetches == 2  # the small one still
         v.prefetch([(0, 4096, vol + 5, 0, 0, 4096)])  # a volume that does not exist
         assert v.prefetches == 2
+
+    serve(v, body, preallocate=False)
+    v.close()
+
+
+class ThreadNotingDisk(Disk):
+    """The real disk, noting which thread wrote and flushed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writers: list[tuple[str, int]] = []
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> None:
+        super().pwrite(fd, data, offset)
+        self.writers.append(("pwrite", threading.get_ident()))
+
+    def fdatasync(self, fd: int) -> None:
+        super().fdatasync(fd)
+        self.writers.append(("fdatasync", threading.get_ident()))
+
+
+def test_write_now_commits_on_the_loop_when_the_appender_is_idle(tmp_path):
+    disk = ThreadNotingDisk()
+    v = Volumes(disk, str(tmp_path), PACK_ID, 1 << 30, cache_bytes=1 << 20)
+    v.open_tail(1, 0, 1)
+    payload = os.urandom(10_000)
+
+    async def body() -> None:
+        await v.ensure_space(records.footprint(len(payload)))
+        with v.batch(wake=False):
+            vol, off, ticket = v.append(records.DATA, 5, 0, payload, sync=True)
+        assert v.write_now()
+        assert v.durable_pos == (vol, off + records.footprint(len(payload)))  # at once: no await between
+        assert disk.writers == [("pwrite", threading.get_ident()), ("fdatasync", threading.get_ident())]
+        await v.wait_durable(ticket)
+        assert await v.read(vol, off, len(payload), 5) == payload
+
+    serve(v, body, preallocate=False)
+    v.close()
+
+
+def test_write_now_hands_over_to_an_appender_whose_batch_is_not_done(tmp_path):
+    """The appender has written a batch and waits for more, but the loop has not yet
+    accounted for it: write_now must leave the new batch to the appender and wake it."""
+    disk = ThreadNotingDisk()
+    v = Volumes(disk, str(tmp_path), PACK_ID, 1 << 30, cache_bytes=1 << 20)
+    v.open_tail(1, 0, 1)
+    payload = os.urandom(10_000)
+
+    async def body() -> None:
+        await v.ensure_space(2 * records.footprint(len(payload)))
+        v.append(records.DATA, 5, 0, payload, sync=True)
+        deadline = time.monotonic() + 10
+        while len(disk.writers) < 2:  # no await: the batch's _batch_done cannot run yet
+            assert time.monotonic() < deadline, "the appender did not write"
+            time.sleep(0.001)
+        time.sleep(0.05)  # and the appender is back waiting for work
+        with v.batch(wake=False):
+            vol, off, ticket = v.append(records.DATA, 5, len(payload), payload, sync=True)
+        assert not v.write_now()
+        with trio.fail_after(10):
+            await v.wait_durable(ticket)
+        assert {t for _, t in disk.writers} != {threading.get_ident()}  # the appender wrote both
+        assert await v.read(vol, off, len(payload), 5) == payload
 
     serve(v, body, preallocate=False)
     v.close()
