@@ -208,7 +208,8 @@ def format_stats(s: dict) -> str:
         f"({_size(s['arena_free_bytes']['xattrs'])} free)",
         f"mount load     {s['load_seconds']:>10.2f} s   inode table from the {s['loaded_from']}; "
         f"recovery replayed {s['recovery']['replayed']:,} commits in {s['recovery']['seconds']:.2f} s",
-        f"commits        {s['commits']:>12,}   device flushes {s['device_flushes']:,}, "
+        f"commits        {s['commits']:>12,}   device flushes {s['device_flushes']:,} "
+        f"({s['device_flushes_on_loop']:,} by a lone fsync on the event loop), "
         f"writes {s['device_writes']:,}, checkpoints {s['checkpoints']:,}",
         "directories    " + ("open without a request; the kernel caches their listings"
                             if s["zero_message_opendir"] else "opened by a FUSE request each (no fuse shim)"),

@@ -42,6 +42,17 @@ def _trim_heap() -> None:
         pass
 
 
+def _fuse_fd() -> int | None:
+    """The /dev/fuse descriptor pyfuse3 opened (it does not say which): ours is the only one."""
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == "/dev/fuse":
+                return int(name)
+        except OSError:
+            continue
+    return None
+
+
 class Daemon:
     def __init__(self, packdir: str, mountpoint: str, opts: Options) -> None:
         self.packdir = packdir
@@ -92,6 +103,7 @@ class Daemon:
             os.close(lock_fd)
             return 1
         pack.write_pid(lock_fd)
+        ops.watch_queue(_fuse_fd())
         if not fuseshim.loaded():
             log.warning("the fuse shim library is not built: directories are opened by a FUSE request, and "
                         "cached writes ask the kernel's getxattr before each write (see fuseshim.py)")

@@ -22,6 +22,7 @@ import errno
 import functools
 import logging
 import os
+import select
 import time
 from typing import Any, Callable, Sequence
 
@@ -73,6 +74,8 @@ class Operations(pyfuse3.Operations):
         self.fs = fs
         self.opstats = OpStats()
         self.inflight = 0  # requests being served: an fsync alone commits on the loop itself
+        self._queue: select.poll | None = None  # readable while requests wait in the kernel
+        self._crowded_until = 0.0  # no commits on the loop before this (see alone)
         self.busypoll = BusyPoll(fs.options.busy_poll_us, lambda: not fs.volumes.threads_working)
         self.enable_writeback_cache = fs.options.writeback_cache
         self._entry_timeout = fs.options.entry_timeout
@@ -80,6 +83,29 @@ class Operations(pyfuse3.Operations):
         self._direct_writes = fs.options.direct_writes
         self._prefetch = fs.options.prefetch
         self.listings = Listings(fs.ns.listdir)
+
+    def watch_queue(self, fuse_fd: int | None) -> None:
+        """Where requests wait for the loop: alone() looks at it."""
+        if fuse_fd is not None:
+            self._queue = select.poll()
+            self._queue.register(fuse_fd, select.POLLIN)
+
+    def _queued(self) -> bool:
+        return self._queue is not None and bool(self._queue.poll(0))
+
+    def alone(self) -> bool:
+        """No other request is being served or waits to be read, and none came during the
+        last flush the loop made itself (for a second after one did): a commit may then
+        hold the loop for its flush (Journal.commit). Where other writers keep coming,
+        they must not wait behind it: fio small files with 4 jobs ran 8-10% slower when
+        only the requests in flight or queued counted."""
+        return self.inflight == 1 and not self._queued() and time.monotonic() >= self._crowded_until
+
+    async def _commit(self) -> None:
+        alone = self.alone()
+        await self.fs.fsync(alone=alone)
+        if alone and self._queued():
+            self._crowded_until = time.monotonic() + 1.0
 
     def entry(self, node: Inode) -> pyfuse3.EntryAttributes:
         """Attributes handed to the kernel as a new reference (lookup count + 1)."""
@@ -200,7 +226,7 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def fsyncdir(self, fh: int, datasync: bool) -> None:
-        await self.fs.fsync(alone=self.inflight == 1)
+        await self._commit()
 
     # -- files ------------------------------------------------------------------------
 
@@ -237,7 +263,7 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def fsync(self, fh: int, datasync: bool) -> None:
-        await self.fs.fsync(alone=self.inflight == 1)
+        await self._commit()
 
     # -- xattrs -----------------------------------------------------------------------
 

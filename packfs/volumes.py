@@ -78,6 +78,7 @@ class Volumes:
         self.durable_pos = (0, 0)  # (volume, offset): the log before it is flushed
         self.writes = 0  # pwrite calls
         self.flushes = 0  # fdatasync batches
+        self.flushes_on_loop = 0  # of them, written and flushed by the event loop (write_now)
         self.punched_bytes = 0
         self.prefetches = 0  # records whose read was started ahead (prefetch)
         self.reads_waited = 0  # records read by a worker thread: the page cache lacked them
@@ -371,6 +372,7 @@ class Volumes:
                 return False
             batch, self._pending = self._pending, []
         failed = 0
+        self.flushes_on_loop += 1
         try:
             self._write_batch(batch)
         except OSError as e:

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from fsutil import drop_cache, fsync_dir, read_file, write_file
+from mounts import mounted, stats
 
 MiB = 1 << 20
 
@@ -228,3 +229,15 @@ def test_random_writes_match_a_model(work):
         os.close(fd)
     assert pread_all(p) == bytes(model)
     fsync_dir(work)
+
+
+def test_a_lone_fsync_commits_on_the_event_loop(tmp_path, packdir):
+    """With nothing else in flight, an fsync's batch is written and flushed by the loop
+    itself (Volumes.write_now), and what it wrote reads back after a remount."""
+    with mounted(packdir, tmp_path / "mnt") as m:
+        before = stats(m)["device_flushes_on_loop"]
+        for i in range(5):
+            write_file(m / f"f{i}", b"%d" % i * 5000, fsync=True)
+        assert stats(m)["device_flushes_on_loop"] >= before + 5
+    with mounted(packdir, tmp_path / "mnt") as m:
+        assert [(m / f"f{i}").read_bytes() for i in range(5)] == [b"%d" % i * 5000 for i in range(5)]
