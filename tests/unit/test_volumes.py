@@ -17,8 +17,8 @@ from packfs.volumes import META_RESERVE, PREALLOC_AHEAD, PREALLOC_STEP, Volumes,
 PACK_ID = 7
 
 
-def volumes(tmp_path, volume_size: int = 1 << 30) -> Volumes:
-    v = Volumes(Disk(), str(tmp_path), PACK_ID, volume_size, cache_bytes=1 << 20)
+def volumes(tmp_path, volume_size: int = 1 << 30, disk: Disk | None = None) -> Volumes:
+    v = Volumes(disk or Disk(), str(tmp_path), PACK_ID, volume_size, cache_bytes=1 << 20)
     v.open_tail(1, 0, 1)
     return v
 
@@ -75,8 +75,7 @@ class CountingDisk(Disk):
 
 def test_a_writer_that_outran_the_zeros_gets_its_step_fallocated(tmp_path):
     disk = CountingDisk()
-    v = Volumes(disk, str(tmp_path), PACK_ID, 1 << 30, cache_bytes=1 << 20)
-    v.open_tail(1, 0, 1)
+    v = volumes(tmp_path, disk=disk)
     payload = os.urandom(300_000)
 
     async def body() -> None:
@@ -175,8 +174,7 @@ class ThreadNotingDisk(Disk):
 
 def test_write_now_commits_on_the_loop_when_the_appender_is_idle(tmp_path):
     disk = ThreadNotingDisk()
-    v = Volumes(disk, str(tmp_path), PACK_ID, 1 << 30, cache_bytes=1 << 20)
-    v.open_tail(1, 0, 1)
+    v = volumes(tmp_path, disk=disk)
     payload = os.urandom(10_000)
 
     async def body() -> None:
@@ -197,8 +195,7 @@ def test_write_now_hands_over_to_an_appender_whose_batch_is_not_done(tmp_path):
     """The appender has written a batch and waits for more, but the loop has not yet
     accounted for it: write_now must leave the new batch to the appender and wake it."""
     disk = ThreadNotingDisk()
-    v = Volumes(disk, str(tmp_path), PACK_ID, 1 << 30, cache_bytes=1 << 20)
-    v.open_tail(1, 0, 1)
+    v = volumes(tmp_path, disk=disk)
     payload = os.urandom(10_000)
 
     async def body() -> None:
