@@ -13,7 +13,7 @@ from . import fuseshim  # noqa: I001 -- first: its library must be loaded before
 import pyfuse3
 import trio
 
-from . import control, pack
+from . import control, fuseloop, pack
 from .disk import Disk
 from .filesystem import Filesystem
 from .ops import Operations
@@ -62,6 +62,7 @@ class Daemon:
         self.terminated = False  # a signal asked us to stop
         self.closed = False  # the final checkpoint is written: the catalog holds everything
         self.started = 0.0  # time.monotonic() when run() began: the log says how long a mount took
+        self.drain: fuseloop.Drain | None = None  # how pyfuse3 waits for requests (fuseloop.py)
 
     def run(self, ready: Ready) -> int:
         self.started = time.monotonic()
@@ -93,6 +94,7 @@ class Daemon:
                      p.recovery.replayed, p.recovery.orphans, p.recovery.seconds)
         fs = Filesystem(p, self.opts, disk)
         ops = Operations(fs)
+        self.drain = fuseloop.install(self.opts.drain)
         fuseshim.enable(self.opts.dircache)
         try:
             pyfuse3.init(ops, self.mountpoint, fuse_options(self.packdir, self.opts))
@@ -128,6 +130,7 @@ class Daemon:
                 return {**fs.stats(), "operations": ops.opstats.report(), "busy_poll_turns": ops.busypoll.spins,
                         "zero_message_opendir": fuseshim.zero_message_opendir(),
                         "killpriv_v2": fuseshim.killpriv(), "listings_open": len(ops.listings),
+                        "fuse_waits_skipped": self.drain.skipped if self.drain else 0,
                         "device": fs.volumes.timings.report()}
             if command == "sync":
                 await fs.journal.checkpoint()

@@ -40,6 +40,7 @@ class Options:
     allow_other: bool = os.geteuid() == 0  # let other users (Swift's) use a root mount
     max_tasks: int = 64                # concurrent pyfuse3 request tasks
     busy_poll_us: int = 100            # the loop polls this long after a request before sleeping
+    drain: int = 8                     # queued requests read back to back before the loop yields
     prefetch: bool = True              # an open for reading starts the disk read of the file's data
     dircache: bool = True              # directories open without a request; the kernel caches listings
     xattrs_in_memory: bool = True      # off: checkpointed xattr values are read from the catalog
@@ -68,6 +69,8 @@ class Options:
             raise OptionError("disk_chunk_size must be at most 64M")
         if opts.busy_poll_us < 0:
             raise OptionError("busy_poll_us must be 0 (off) or a positive number of microseconds")
+        if opts.drain < 0:
+            raise OptionError("drain must be 0 (off) or a positive number of requests")
         if opts.max_dirty < 2 * opts.disk_chunk_size:
             raise OptionError("max_dirty must be at least twice disk_chunk_size")
         return opts

@@ -1,0 +1,148 @@
+"""fuseloop's stand-ins for pyfuse3's read lock and wait: exclusive, and no scheduler
+pass while requests are queued, up to the streak."""
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import pyfuse3
+import pytest
+import trio
+
+from packfs.fuseloop import Drain, Turn, install
+
+
+@pytest.fixture
+def pipe() -> Iterator[tuple[int, int]]:
+    r, w = os.pipe()
+    try:
+        yield r, w
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_the_turn_is_held_by_one_task_at_a_time():
+    turn = Turn()
+    inside = []
+    most = []
+
+    async def reader(n: int) -> None:
+        for _ in range(n):
+            async with turn:
+                inside.append(1)
+                most.append(len(inside))
+                await trio.sleep(0)  # a handler that blocks while holding the turn
+                inside.pop()
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            for _ in range(5):
+                nursery.start_soon(reader, 20)
+
+    trio.run(main)
+    assert len(most) == 100
+    assert max(most) == 1
+
+
+def test_a_waiting_task_gets_the_turn_when_the_holder_blocks_after_release():
+    turn = Turn()
+    order = []
+
+    async def holder(release: trio.Event) -> None:
+        async with turn:
+            order.append("holder in")
+            await release.wait()
+        order.append("holder out")
+        await trio.sleep(0.01)  # blocked in its handler: the waiter must not stay parked
+
+    async def waiter() -> None:
+        async with turn:
+            order.append("waiter in")
+
+    async def main() -> None:
+        release = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(holder, release)
+            await trio.sleep(0.01)
+            nursery.start_soon(waiter)
+            await trio.sleep(0.01)
+            assert order == ["holder in"]
+            release.set()
+
+    trio.run(main)
+    assert order == ["holder in", "holder out", "waiter in"]
+
+
+def test_a_free_turn_is_taken_without_a_checkpoint():
+    """Inside a cancelled scope every trio checkpoint raises: trio.Lock's would."""
+    turn = Turn()
+
+    async def main() -> None:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            for _ in range(10):
+                async with turn:
+                    pass
+            with pytest.raises(trio.Cancelled):
+                async with trio.Lock():
+                    pass
+        assert scope.cancelled_caught is False
+
+    trio.run(main)
+
+
+def test_queued_input_skips_the_wait_up_to_the_streak(pipe):
+    r, w = pipe
+    os.write(w, b"x")
+    drain = Drain(3)
+    served = []
+
+    async def main() -> None:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            for _ in range(4):  # the fourth goes through trio's wait: a checkpoint
+                await drain.wait_readable(r)
+                served.append(True)
+        assert scope.cancelled_caught
+
+    trio.run(main)
+    assert len(served) == 3
+    assert drain.skipped == 3
+    assert drain.run == 0
+
+
+def test_no_input_waits_until_some_arrives(pipe):
+    r, w = pipe
+    drain = Drain(8)
+
+    async def main() -> float:
+        async with trio.open_nursery() as nursery:
+            async def later() -> None:
+                await trio.sleep(0.05)
+                os.write(w, b"x")
+
+            nursery.start_soon(later)
+            started = trio.current_time()
+            await drain.wait_readable(r)
+            return trio.current_time() - started
+
+    assert trio.run(main) >= 0.04
+    assert drain.skipped == 0
+
+
+def test_install_gives_pyfuse3_the_stand_ins_and_zero_gives_back_trio():
+    try:
+        drain = install(8)
+        assert drain is not None and drain.streak == 8
+        assert pyfuse3.trio.Lock is Turn
+        assert pyfuse3.trio.lowlevel.wait_readable == drain.wait_readable
+        # everything else pyfuse3 uses is trio's own
+        assert pyfuse3.trio.ClosedResourceError is trio.ClosedResourceError
+        assert pyfuse3.trio.open_nursery is trio.open_nursery
+        assert pyfuse3.trio.lowlevel.current_trio_token is trio.lowlevel.current_trio_token
+        assert trio.Lock is not Turn  # the real module is untouched
+        assert install(0) is None
+        assert pyfuse3.trio is trio
+    finally:
+        pyfuse3.trio = trio
