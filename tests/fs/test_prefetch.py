@@ -64,4 +64,10 @@ def test_without_prefetch_a_cold_read_waits_for_the_disk(tmp_path, packdir):
         _open_wait_read(files, packdir)
         after = stats(m)
     assert after["prefetches"] == 0
-    assert after["device_reads_waited"] - before["device_reads_waited"] == FILES
+    # The control for the test above: without prefetch the cold reads wait for the disk.
+    # Not every one of them: the loop's RWF_NOWAIT read starts the kernel's readahead,
+    # and on a virtual disk answered from the host's cache that can complete before the
+    # read gives up (measured: 1 in 200 such reads of evicted pages succeeded outside
+    # packfs, and 1-3 of these 16 in about a third of the runs). More than half keeps
+    # the two tests apart (FILES // 4 at most with prefetch).
+    assert after["device_reads_waited"] - before["device_reads_waited"] > FILES // 2
