@@ -112,7 +112,7 @@ class Daemon:
         elif self.opts.dircache and not fuseshim.installed():
             log.warning("the fuse shim did not take: directories are opened by a FUSE request (see fuseshim.py)")
         try:
-            trio.run(self._serve, fs, ops, ready)
+            trio.run(self._serve, fs, ops, ready, instruments=[self.drain.turn] if self.drain else [])
         finally:
             # Whatever ended the daemon (a signal, a bug), never leave a dead mount behind.
             pyfuse3.close(unmount=not self.unmounted)

@@ -12,6 +12,15 @@ import trio
 from packfs.fuseloop import Drain, Turn, install
 
 
+def _run(main, *instruments: trio.abc.Instrument):
+    """trio.run(main), failing after 10 s: a lost wake-up fails the test instead of hanging it."""
+    async def bounded():
+        with trio.fail_after(10):
+            return await main()
+
+    return trio.run(bounded, instruments=list(instruments))
+
+
 @pytest.fixture
 def pipe() -> Iterator[tuple[int, int]]:
     r, w = os.pipe()
@@ -40,7 +49,7 @@ def test_the_turn_is_held_by_one_task_at_a_time():
             for _ in range(5):
                 nursery.start_soon(reader, 20)
 
-    trio.run(main)
+    _run(main, turn)
     assert len(most) == 100
     assert max(most) == 1
 
@@ -70,8 +79,75 @@ def test_a_waiting_task_gets_the_turn_when_the_holder_blocks_after_release():
             assert order == ["holder in"]
             release.set()
 
-    trio.run(main)
+    _run(main, turn)
     assert order == ["holder in", "holder out", "waiter in"]
+
+
+class _Steps(trio.abc.Instrument):
+    """Counts the steps each task takes, by name."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, int] = {}
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps[task.name] = self.steps.get(task.name, 0) + 1
+
+
+def _waiter_steps(holder_blocks: bool) -> int:
+    """Steps the parked task takes while another releases the turn and serves a request."""
+    turn = Turn()
+    steps = _Steps()
+
+    async def waiter() -> None:
+        async with turn:
+            pass
+
+    async def main() -> int:
+        async with trio.open_nursery() as nursery:
+            async with turn:  # the turn is held: the waiter parks
+                nursery.start_soon(waiter, name="waiter")
+                await trio.sleep(0.01)
+            before = steps.steps["waiter"]
+            if holder_blocks:
+                await trio.sleep(0.01)  # a handler that blocks: the turn must pass on
+            else:
+                async with turn:  # served without blocking: back for the next request
+                    await trio.sleep(0.01)  # (waiting in epoll, holding the turn)
+            woken = steps.steps["waiter"] - before
+            nursery.cancel_scope.cancel()
+        return woken
+
+    return _run(main, turn, steps)
+
+
+def test_a_release_wakes_no_waiter_when_the_turn_is_taken_back_in_the_same_step():
+    assert _waiter_steps(holder_blocks=False) == 0
+
+
+def test_a_release_wakes_a_waiter_when_the_releaser_blocks():
+    assert _waiter_steps(holder_blocks=True) >= 1
+
+
+def test_without_the_instrument_a_release_wakes_a_waiter_at_once():
+    """A run that was not given the turn as an instrument would never pay a wake."""
+    order = []
+
+    async def main() -> None:
+        turn = Turn()
+
+        async def waiter() -> None:
+            async with turn:
+                order.append("waiter in")
+
+        async with trio.open_nursery() as nursery:
+            async with turn:
+                nursery.start_soon(waiter)
+                await trio.sleep(0.01)
+            await trio.sleep(0.01)  # blocked: the waiter must have the turn by now
+            order.append("holder blocked")
+
+    _run(main)
+    assert order == ["waiter in", "holder blocked"]
 
 
 def test_a_free_turn_is_taken_without_a_checkpoint():
@@ -89,7 +165,7 @@ def test_a_free_turn_is_taken_without_a_checkpoint():
                     pass
         assert scope.cancelled_caught is False
 
-    trio.run(main)
+    _run(main, turn)
 
 
 def test_queued_input_skips_the_wait_up_to_the_streak(pipe):
@@ -106,7 +182,7 @@ def test_queued_input_skips_the_wait_up_to_the_streak(pipe):
                 served.append(True)
         assert scope.cancelled_caught
 
-    trio.run(main)
+    _run(main)
     assert len(served) == 3
     assert drain.skipped == 3
     assert drain.run == 0
@@ -127,7 +203,7 @@ def test_no_input_waits_until_some_arrives(pipe):
             await drain.wait_readable(r)
             return trio.current_time() - started
 
-    assert trio.run(main) >= 0.04
+    assert _run(main) >= 0.04
     assert drain.skipped == 0
 
 
@@ -135,7 +211,7 @@ def test_install_gives_pyfuse3_the_stand_ins_and_zero_gives_back_trio():
     try:
         drain = install(8)
         assert drain is not None and drain.streak == 8
-        assert pyfuse3.trio.Lock is Turn
+        assert pyfuse3.trio.Lock() is drain.turn  # pyfuse3 makes one lock: the instrumented one
         assert pyfuse3.trio.lowlevel.wait_readable == drain.wait_readable
         # everything else pyfuse3 uses is trio's own
         assert pyfuse3.trio.ClosedResourceError is trio.ClosedResourceError
