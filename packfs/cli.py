@@ -211,6 +211,8 @@ def format_stats(s: dict) -> str:
         f"commits        {s['commits']:>12,}   device flushes {s['device_flushes']:,} "
         f"({s['device_flushes_on_loop']:,} by a lone fsync on the event loop), "
         f"writes {s['device_writes']:,}, checkpoints {s['checkpoints']:,}",
+        f"event loop     {s['fuse_waits_skipped']:>12,}   requests read without a wait (drain), "
+        f"{s['busy_poll_turns']:,} busy-polling turns",
         "directories    " + ("open without a request; the kernel caches their listings"
                             if s["zero_message_opendir"] else "opened by a FUSE request each (no fuse shim)"),
         "set-ID bits    " + ("taken by packfs on write, truncate and chown (the kernel asks no getxattr per write)"

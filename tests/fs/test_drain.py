@@ -34,6 +34,8 @@ def test_the_default_reads_queued_requests_without_waiting(tmp_path, packdir):
     with mounted(packdir, tmp_path / "mnt") as m:
         _concurrent_requests(m)
         assert stats(m)["fuse_waits_skipped"] > 0
+        shown = subprocess.run([*PACKFS, "stats", str(m)], check=True, capture_output=True, text=True).stdout
+        assert "requests read without a wait (drain)" in shown
 
 
 def test_drain_zero_always_waits(tmp_path, packdir):
