@@ -34,10 +34,11 @@ from .stats import OpStats
 
 log = logging.getLogger(__name__)
 
-PREALLOC_STEP = 4 << 20  # volumes grow by this much at a time (a writer waits for one step at most)
+PREALLOC_STEP = 4 << 20  # volumes grow by this much at a time
 PREALLOC_AHEAD = 64 << 20  # the background keeps this much prepared ahead of the tail
 INLINE_READ_MAX = 256 << 10  # warm records up to this size are read and checked on the loop
 ZERO_FLUSH_STEP = 1 << 20  # zeros are flushed in small steps, so a commit never waits behind many
+STREAM_GAP = 16 << 20  # while writers outrun the zeros, space this close ahead of the tail is fallocated
 META_RESERVE = 4 << 20  # preallocated volume space only metadata may use
 HEADROOM = 32 << 20  # backing-disk space data never takes, so the catalog can checkpoint
 
@@ -101,6 +102,8 @@ class Volumes:
         self._loading: dict[tuple[int, int], trio.Event] = {}
         self._grow_lock = trio.Lock()
         self._grow_wanted = trio.Event()
+        self._space_waiters = 0  # writers waiting for the grow lock: zero-filling stops for them
+        self._outrun = False  # a writer waited for zeros: fallocate until STREAM_GAP ahead again
         # Zero-filling runs in a worker thread while records are reserved on the loop; a
         # record reserved past the prepared space sets the fence, and no zeros land at
         # or beyond it (see append and _grow).
@@ -155,7 +158,7 @@ class Volumes:
         keep = 0 if metadata else META_RESERVE
         if self.tail + self.reserved + nbytes + keep <= self.allocated:
             return
-        async with self._grow_lock:
+        async with self._grow_lock_for_writer():
             if self.tail + nbytes > self.volume_size and self.tail > 0:
                 await self._roll_over()
             need = self.tail + self.reserved + nbytes + keep
@@ -167,6 +170,21 @@ class Volumes:
             except OSError as e:
                 raise FsError(e.errno or errno.EIO, "cannot grow the active volume") from e
             self._grow_wanted.set()  # and the rest in the background
+
+    @contextlib.asynccontextmanager
+    async def _grow_lock_for_writer(self):
+        """The grow lock, for a writer in need: the background stops zero-filling for it
+        between two pieces, so the writer waits for one piece, not a whole step (measured:
+        a 64 KiB stream's writes stalled ~15 ms every 4 MiB behind a step of zeros)."""
+        self._space_waiters += 1
+        try:
+            await self._grow_lock.acquire()
+        finally:
+            self._space_waiters -= 1
+        try:
+            yield
+        finally:
+            self._grow_lock.release()
 
     async def _grow_to(self, need: int, preferred: int, metadata: bool, zeros: bool = True) -> None:
         """Prepare the active volume towards preferred (the caller holds the grow lock)."""
@@ -195,6 +213,12 @@ class Volumes:
         commit that ends the stream flushes the size and extents with its data. Data
         written there is written once, not after zeros (measured: +10-20% for a
         512 MiB stream in 64 KiB and 1 MiB writes).
+
+        The zeros stop between two pieces for a writer that waits for the grow lock, and
+        once one waited, the background fallocates as well until it is STREAM_GAP ahead
+        of the tail again: while writers outrun the zeros, zeros only double the disk's
+        work and make the writers wait (measured on a slow-flush day: a 64 KiB stream's
+        writes stalled ~15 ms every 4 MiB, 168 MiB/s; 318-399 MiB/s without the stalls).
         """
         st = self.disk.statvfs(self.directory)
         free = st.f_bavail * st.f_frsize
@@ -208,6 +232,13 @@ class Volumes:
             self.disk.allocate(fd, pos, target - pos, zeros=False)  # blocks written meanwhile stay as written
             return target
         while pos < target:
+            if self._space_waiters:
+                self._outrun = True  # a writer caught up with the zeros and waits for them
+                break  # it fallocates its own step
+            if self._outrun and pos - self.tail < STREAM_GAP:
+                self.disk.allocate(fd, pos, target - pos, zeros=False)
+                return target
+            self._outrun = False  # the writers fell STREAM_GAP behind: zeros again
             n = min(ZERO_FLUSH_STEP, target - pos)
             with self._zero_lock:
                 if pos + n > self._fence:
@@ -231,7 +262,7 @@ class Volumes:
             await self._grow_wanted.wait()
             self._grow_wanted = trio.Event()
             while True:
-                async with self._grow_lock:  # one step per hold: a writer in need waits for one step
+                async with self._grow_lock:  # one step per hold (a writer in need waits for one piece)
                     limit = self.volume_size + META_RESERVE
                     if self.broken or self._room() >= PREALLOC_AHEAD or self.allocated >= limit:
                         break

@@ -12,7 +12,7 @@ import trio
 from packfs import records
 from packfs.disk import Disk
 from packfs.errors import FsError
-from packfs.volumes import META_RESERVE, PREALLOC_AHEAD, PREALLOC_STEP, Volumes, volume_name
+from packfs.volumes import META_RESERVE, PREALLOC_AHEAD, PREALLOC_STEP, STREAM_GAP, Volumes, volume_name
 
 PACK_ID = 7
 
@@ -90,6 +90,70 @@ def test_a_writer_that_outran_the_zeros_gets_its_step_fallocated(tmp_path):
     with open(os.path.join(tmp_path, volume_name(1)), "rb") as f:
         f.seek(records.footprint(len(payload)))
         assert f.read(1 << 20) == bytes(1 << 20)  # fallocated space reads as zeros: the log ends there
+    v.close()
+
+
+class SlowZerosDisk(Disk):
+    """The real disk, whose zeros take `delay` seconds a piece (a slow-flush day), noting
+    each allocation as (offset, length, zeros)."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+        self.allocations: list[tuple[int, int, bool]] = []
+        self.zeroing = threading.Event()  # set while a piece of zeros is being written
+
+    def allocate(self, fd: int, offset: int, length: int, zeros: bool = True) -> None:
+        self.allocations.append((offset, length, zeros))
+        if zeros:
+            self.zeroing.set()
+            time.sleep(self.delay)
+        super().allocate(fd, offset, length, zeros)
+        self.zeroing.clear()
+
+
+def test_a_writer_waits_for_one_piece_of_zeros_not_a_whole_step(tmp_path):
+    disk = SlowZerosDisk(delay=0.5)  # a step of zeros is 4 pieces: 2 s
+    v = volumes(tmp_path, disk=disk)
+    waited: list[float] = []
+
+    async def body() -> None:
+        await v.ensure_space(records.BLOCK)  # fallocated by the writer; the background follows
+        while not disk.zeroing.is_set():
+            await trio.sleep(0.01)
+        t0 = time.monotonic()
+        await v.ensure_space(v.allocated - v.tail)  # past what is prepared: the writer grows
+        waited.append(time.monotonic() - t0)
+
+    serve(v, body)
+    v.close()
+    assert waited[0] < 1.0  # the piece under way, not the 3 after it
+    own = [a for a in disk.allocations if not a[2]]
+    assert len(own) >= 2  # the writer's steps are fallocated, the first and the one it waited for
+
+
+def test_zeros_resume_once_the_writers_fall_behind(tmp_path):
+    disk = SlowZerosDisk(delay=0.3)
+    v = volumes(tmp_path, disk=disk)
+
+    async def body() -> None:
+        await v.ensure_space(records.BLOCK)
+        while not disk.zeroing.is_set():
+            await trio.sleep(0.01)
+        await v.ensure_space(v.allocated - v.tail)  # waits for the zeros: writers outrun them
+        first_wait = len(disk.allocations)
+        while not disk.zeroing.is_set():  # the background zero-fills again...
+            await trio.sleep(0.01)
+        later = disk.allocations[first_wait:]
+        fallocated = [a for a in later if not a[2]]
+        zeroed = [a for a in later if a[2]]
+        assert fallocated and zeroed
+        # ...fallocating while close to the tail, then zeros from STREAM_GAP ahead of it
+        assert all(off - v.tail < STREAM_GAP for off, _, _ in fallocated)
+        assert zeroed[0][0] - v.tail >= STREAM_GAP
+        assert max(off for off, _, _ in fallocated) < zeroed[0][0]
+
+    serve(v, body)
     v.close()
 
 
