@@ -185,7 +185,7 @@ class Journal:
 
     async def run_xattr_compressor(self) -> None:
         """Background task: compress the xattrs setxattr (or a replay) stored plain, a slice
-        at a time (64 of Swift's: ~2.5 ms), after each commit; Swift's metadata costs an
+        at a time (64 of Swift's: ~3.5 ms), after each commit; Swift's metadata costs an
         eighth as much memory then."""
         while True:
             if self.ns.table.compress_xattrs(limit=64):

@@ -231,7 +231,11 @@ def compressible(blob: bytes) -> bool:
 
 
 def _deflate(data: bytes, zdict: bytes) -> bytes:
-    c = zlib.compressobj(6, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, zdict)
+    """Raw deflate against zdict. memLevel 1: a blob is at most a few KiB, and zlib's
+    default (8-9) sets up a 128 KiB hash table per call, which was most of the cost
+    (measured: 64 against 6.4 us for Swift's metadata, the same 58 B out; whole blobs
+    ~1.5% bigger). Any memLevel inflates the same way."""
+    c = zlib.compressobj(6, zlib.DEFLATED, -15, 1, zlib.Z_DEFAULT_STRATEGY, zdict)
     return c.compress(data) + c.flush()
 
 
@@ -255,7 +259,7 @@ def _swift_form(blob: bytes) -> bytes | None:
 
 
 def compressed(blob: bytes) -> bytes:
-    """A plain packed blob, compressed if that makes it smaller (~40 us for Swift's
+    """A plain packed blob, compressed if that makes it smaller (~55 us for Swift's
     metadata: the pickle is read and made again to check the Swift form)."""
     if not compressible(blob):
         return blob
