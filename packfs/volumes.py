@@ -326,7 +326,10 @@ class Volumes:
         self._submit(_Queued(ticket, vol, off, data, sync))
         self._inflight[(vol, off)] = data
         self.queued_bytes += len(data)
-        if self._room() < PREALLOC_AHEAD // 2:
+        if self._room() < PREALLOC_AHEAD - PREALLOC_STEP:
+            # Refill a step at a time: refilling from half empty wrote ~36 MiB of zeros
+            # and their flushes in one burst, and the commits of that moment paid for it
+            # (a dip in fio's size sweep wherever the burst fell).
             self._grow_wanted.set()
         return vol, off, ticket
 
