@@ -326,10 +326,11 @@ class Volumes:
         self._submit(_Queued(ticket, vol, off, data, sync))
         self._inflight[(vol, off)] = data
         self.queued_bytes += len(data)
-        if self._room() < PREALLOC_AHEAD - PREALLOC_STEP:
+        if self._room() < PREALLOC_AHEAD - PREALLOC_STEP and self.allocated < self.volume_size + META_RESERVE:
             # Refill a step at a time: refilling from half empty wrote ~36 MiB of zeros
             # and their flushes in one burst, and the commits of that moment paid for it
-            # (a dip in fio's size sweep wherever the burst fell).
+            # (a dip in fio's size sweep wherever the burst fell). A volume prepared to
+            # its end has nothing left to prepare: the roll-over asks for the next.
             self._grow_wanted.set()
         return vol, off, ticket
 
