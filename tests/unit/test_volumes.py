@@ -118,12 +118,13 @@ def test_a_writer_waits_for_one_piece_of_zeros_not_a_whole_step(tmp_path):
     waited: list[float] = []
 
     async def body() -> None:
-        await v.ensure_space(records.BLOCK)  # fallocated by the writer; the background follows
-        while not disk.zeroing.is_set():
-            await trio.sleep(0.01)
-        t0 = time.monotonic()
-        await v.ensure_space(v.allocated - v.tail)  # past what is prepared: the writer grows
-        waited.append(time.monotonic() - t0)
+        with trio.fail_after(20):  # fail, not hang, if the zeros never come
+            await v.ensure_space(records.BLOCK)  # fallocated by the writer; the background follows
+            while not disk.zeroing.is_set():
+                await trio.sleep(0.01)
+            t0 = time.monotonic()
+            await v.ensure_space(v.allocated - v.tail)  # past what is prepared: the writer grows
+            waited.append(time.monotonic() - t0)
 
     serve(v, body)
     v.close()
@@ -137,13 +138,14 @@ def test_zeros_resume_once_the_writers_fall_behind(tmp_path):
     v = volumes(tmp_path, disk=disk)
 
     async def body() -> None:
-        await v.ensure_space(records.BLOCK)
-        while not disk.zeroing.is_set():
-            await trio.sleep(0.01)
-        await v.ensure_space(v.allocated - v.tail)  # waits for the zeros: writers outrun them
-        first_wait = len(disk.allocations)
-        while not disk.zeroing.is_set():  # the background zero-fills again...
-            await trio.sleep(0.01)
+        with trio.fail_after(20):  # fail, not hang, if the zeros never come back
+            await v.ensure_space(records.BLOCK)
+            while not disk.zeroing.is_set():
+                await trio.sleep(0.01)
+            await v.ensure_space(v.allocated - v.tail)  # waits for the zeros: writers outrun them
+            first_wait = len(disk.allocations)
+            while not disk.zeroing.is_set():  # the background zero-fills again...
+                await trio.sleep(0.01)
         later = disk.allocations[first_wait:]
         fallocated = [a for a in later if not a[2]]
         zeroed = [a for a in later if a[2]]
