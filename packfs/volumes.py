@@ -147,6 +147,11 @@ class Volumes:
 
     # -- space ------------------------------------------------------------------
 
+    @property
+    def _limit(self) -> int:
+        """How far the active volume is ever prepared: its size and the metadata reserve."""
+        return self.volume_size + META_RESERVE
+
     def has_room(self, nbytes: int) -> bool:
         """True if nbytes of data can be appended now without growing the volume."""
         return not self.broken and self.tail + self.reserved + nbytes + META_RESERVE <= self.allocated
@@ -164,7 +169,7 @@ class Volumes:
             need = self.tail + self.reserved + nbytes + keep
             if need <= self.allocated:
                 return
-            preferred = max(need, min(self.allocated + PREALLOC_STEP, self.volume_size + META_RESERVE))
+            preferred = max(need, min(self.allocated + PREALLOC_STEP, self._limit))
             try:
                 await self._grow_to(need, preferred, metadata, zeros=False)
             except OSError as e:
@@ -228,17 +233,14 @@ class Volumes:
         if target < need:
             raise OSError(errno.ENOSPC, "the backing disk is full")
         pos = self.allocated
-        if not zeros:
+        if not zeros or (self._outrun and pos - self.tail < STREAM_GAP):
             self.disk.allocate(fd, pos, target - pos, zeros=False)  # blocks written meanwhile stay as written
             return target
+        self._outrun = False  # the writers fell STREAM_GAP behind (or never outran): zeros
         while pos < target:
             if self._space_waiters:
                 self._outrun = True  # a writer caught up with the zeros and waits for them
                 break  # it fallocates its own step
-            if self._outrun and pos - self.tail < STREAM_GAP:
-                self.disk.allocate(fd, pos, target - pos, zeros=False)
-                return target
-            self._outrun = False  # the writers fell STREAM_GAP behind: zeros again
             n = min(ZERO_FLUSH_STEP, target - pos)
             with self._zero_lock:
                 if pos + n > self._fence:
@@ -263,12 +265,11 @@ class Volumes:
             self._grow_wanted = trio.Event()
             while True:
                 async with self._grow_lock:  # one step per hold (a writer in need waits for one piece)
-                    limit = self.volume_size + META_RESERVE
-                    if self.broken or self._room() >= PREALLOC_AHEAD or self.allocated >= limit:
+                    if self.broken or self._room() >= PREALLOC_AHEAD or self.allocated >= self._limit:
                         break
                     try:
                         await self._grow_to(self.allocated + records.BLOCK,
-                                            min(self.allocated + PREALLOC_STEP, limit), False)
+                                            min(self.allocated + PREALLOC_STEP, self._limit), False)
                     except OSError as e:
                         log.debug("background preallocation stopped: %s", e)
                         break
@@ -276,7 +277,7 @@ class Volumes:
     @property
     def preallocator_idle(self) -> bool:
         """True when the background preallocator has nothing left to prepare (nor is asked to)."""
-        full = self._room() >= PREALLOC_AHEAD or self.allocated >= self.volume_size + META_RESERVE
+        full = self._room() >= PREALLOC_AHEAD or self.allocated >= self._limit
         return self.broken or (full and not self._grow_wanted.is_set())
 
     def _room(self) -> int:
@@ -326,7 +327,7 @@ class Volumes:
         self._submit(_Queued(ticket, vol, off, data, sync))
         self._inflight[(vol, off)] = data
         self.queued_bytes += len(data)
-        if self._room() < PREALLOC_AHEAD - PREALLOC_STEP and self.allocated < self.volume_size + META_RESERVE:
+        if self._room() < PREALLOC_AHEAD - PREALLOC_STEP and self.allocated < self._limit:
             # Refill a step at a time: refilling from half empty wrote ~36 MiB of zeros
             # and their flushes in one burst, and the commits of that moment paid for it
             # (a dip in fio's size sweep wherever the burst fell). A volume prepared to
