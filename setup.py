@@ -1,4 +1,5 @@
-"""Builds packfs/_fuseshim.c, what packfs asks of libfuse beyond pyfuse3 (packfs/fuseshim.py).
+"""Builds packfs's two C parts: _fuseshim.c, what packfs asks of libfuse beyond pyfuse3
+(packfs/fuseshim.py), and _logwriter.c, the volume log's writer thread (packfs/logwriter.py).
 
 Everything else about the package is in pyproject.toml."""
 import subprocess
@@ -17,4 +18,6 @@ def _fuse3_include_dirs() -> list[str]:
 
 setup(ext_modules=[Extension("packfs._fuseshim", ["packfs/_fuseshim.c"], include_dirs=_fuse3_include_dirs(),
                              libraries=["fuse3", "dl"], extra_compile_args=["-O2", "-Wall", "-Werror"],
-                             optional=True)])
+                             optional=True),
+                   Extension("packfs._logwriter", ["packfs/_logwriter.c"],
+                             extra_compile_args=["-O2", "-Wall", "-Werror"], optional=True)])

@@ -211,6 +211,8 @@ def format_stats(s: dict) -> str:
         f"commits        {s['commits']:>12,}   device flushes {s['device_flushes']:,} "
         f"({s['device_flushes_on_loop']:,} by a lone fsync on the event loop), "
         f"writes {s['device_writes']:,}, checkpoints {s['checkpoints']:,}",
+        "log writer     " + ("a C thread (never takes the GIL)" if s.get("log_writer") == "c"
+                            else "a Python thread (the C part, packfs/_logwriter.c, is not built)"),
         f"event loop     {s['fuse_waits_skipped']:>12,}   requests read without a wait (drain), "
         f"{s['busy_poll_turns']:,} busy-polling turns",
         "directories    " + ("open without a request; the kernel caches their listings"

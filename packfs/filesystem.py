@@ -227,7 +227,7 @@ class Filesystem:
             "dead_bytes": sum(records.footprint(k[2]) for k in dead),
             "punched_bytes": v.punched_bytes, "disk_allocated_bytes": allocated,
             "appended_bytes": v.appended, "device_writes": v.writes,
-            "device_flushes": v.flushes, "device_flushes_on_loop": v.flushes_on_loop,
+            "device_flushes": v.flushes, "device_flushes_on_loop": v.flushes_on_loop, "log_writer": v.writer_kind,
             "device_reads_waited": v.reads_waited, "prefetches": v.prefetches,
             "commits": self.journal.commits,
             "checkpoints": self.journal.checkpoints,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import random
 
 import pytest
@@ -229,6 +230,30 @@ def test_random_writes_match_a_model(work):
         os.close(fd)
     assert pread_all(p) == bytes(model)
     fsync_dir(work)
+
+
+def test_concurrent_fsyncs_share_the_c_log_writers_flushes(tmp_path, packdir):
+    """A mount writes its log with the C writer (packfs/_logwriter.c, built by make), and
+    fsyncs from several threads at once are grouped: fewer device flushes than fsyncs."""
+    with mounted(packdir, tmp_path / "mnt") as m:
+        s0 = stats(m)
+        assert s0["log_writer"] == "c"
+
+        def writer(t: int) -> None:
+            for i in range(40):
+                write_file(m / f"t{t}-{i}", b"%d" % i * 3000, fsync=True)
+
+        threads = [threading.Thread(target=writer, args=(t,)) for t in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        s1 = stats(m)
+        fsyncs = s1["operations"]["fsync"]["count"] - s0["operations"].get("fsync", {"count": 0})["count"]
+        assert fsyncs == 320
+        assert s1["device_flushes"] - s0["device_flushes"] < fsyncs
+    with mounted(packdir, tmp_path / "mnt") as m:
+        assert all((m / f"t{t}-{i}").read_bytes() == b"%d" % i * 3000 for t in range(8) for i in range(40))
 
 
 def test_a_lone_fsync_commits_on_the_event_loop(tmp_path, packdir):
