@@ -42,6 +42,27 @@ def _trim_heap() -> None:
         pass
 
 
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
+_MMAP_THRESHOLD_MAX = 32 << 20  # glibc's ceiling on 64-bit
+
+
+def _steady_heap(disk_chunk_size: int) -> None:
+    """Keep the buffers of large writes (FUSE requests, records of disk_chunk_size) in the
+    heap, and a few of them free for the next ones. glibc's dynamic thresholds let them be
+    fresh mappings, or the heap top trimmed after each burst, and every page of a 1 MiB
+    stream then came back as a page fault on the event loop: 290,000 minor faults and 1.4 s
+    of kernel time for 768 MiB, against 6,500-16,000 and 0.35 s with these settings. At
+    most the trim threshold (twice the mmap threshold, 8 MiB by default) of freed heap stays
+    with the daemon. A no-op without glibc."""
+    mmap_threshold = min(_MMAP_THRESHOLD_MAX, max(4 << 20, 2 * disk_chunk_size))
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, mmap_threshold)
+    mallopt(_M_TRIM_THRESHOLD, 2 * mmap_threshold)
+
+
 def _fuse_fd() -> int | None:
     """The /dev/fuse descriptor pyfuse3 opened (it does not say which): ours is the only one."""
     for name in os.listdir("/proc/self/fd"):
@@ -88,6 +109,7 @@ class Daemon:
             gc.freeze()
             gc.enable()
             _trim_heap()
+            _steady_heap(self.opts.disk_chunk_size)
         log.info("loaded %d inodes from the %s in %.2f s", len(p.ns), p.loaded_from, p.load_seconds)
         if p.recovery.changed:
             log.info("recovery replayed %d commits, dropped %d orphan inodes in %.2f s",
