@@ -5,8 +5,9 @@ work. A loop that went to sleep in epoll_wait in between must be woken for the n
 request, and that wake-up was most of the wall time of a request here (the daemon was
 idle 83% of a GET run). So after each request the loop stays awake, yielding at every
 turn, for `window_us`; then it sleeps as before. It never polls while a thread of the
-store (the appender, a disk read) has work: a polling loop holds the GIL, and such a
-thread would wait for it until the interpreter's switch interval (5 ms) forces a turn.
+store (the log writer, a disk read) has work: a polling loop holds the GIL, which a
+Python thread would wait for until the interpreter's switch interval (5 ms) forces a
+turn, and takes a core from the C log writer and the application.
 The cost is CPU, at most `window_us` per request, and only while requests keep coming.
 """
 from __future__ import annotations

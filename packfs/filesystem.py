@@ -53,7 +53,7 @@ class Filesystem:
         self.started = time.time()
 
     async def start(self, nursery: trio.Nursery) -> None:
-        """Run the background tasks (appender, preallocator, committer, checkpointer, xattr
+        """Run the background tasks (log writer, preallocator, committer, checkpointer, xattr
         compressor); checkpoint at once if recovery changed anything."""
         nursery.start_soon(self.volumes.run)
         nursery.start_soon(self.volumes.run_preallocator)

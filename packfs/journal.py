@@ -3,7 +3,7 @@
 A commit appends every buffered write, then one META record holding a snapshot of
 everything in the namespace that changed since the previous commit (whole inodes,
 directory entries, shared-record counts), then waits for the flush that covers it.
-Many fsyncs at once share one flush: the appender writes whatever is queued in one
+Many fsyncs at once share one flush: the log writer takes whatever is queued as one
 batch. Commits are global, so fsync(file) and fsync(dir) both make every earlier
 change durable, which is more than the contract asks and never less.
 
@@ -122,7 +122,7 @@ class Journal:
         in flight, so the loop writes and flushes the commit itself (Volumes.write_now)."""
         await self.volumes.ensure_space(records.BLOCK, metadata=True)  # buffered data holds its own
         self._stage(wake=not alone)
-        self._compress_wanted.set()  # runs while the appender writes and flushes
+        self._compress_wanted.set()  # runs while the log writer writes and flushes
         if alone:
             self.volumes.write_now()
         await self.volumes.wait_durable(self.volumes.last_ticket)

@@ -1,10 +1,10 @@
 """The volume files: one ordered log of records, appended by a single writer.
 
 Records are reserved (given a volume and offset) synchronously on the trio loop, in the
-order the core decides, and written by one appender task, in that order, off the loop.
-Every write batch that contains a record asking for durability ends with one
-fdatasync: concurrent fsyncs therefore share one device flush (group commit), and a
-flush always covers every record before it in the log.
+order the core decides, and written by one log writer thread (logwriter.py), in that
+order, off the loop. Every take of the writer that contains a record asking for
+durability ends with one fdatasync: concurrent fsyncs therefore share one device flush
+(group commit), and a flush always covers every record before it in the log.
 
 Space is preallocated ahead of the tail in large steps, so a write into the log can
 only fail with EIO, never ENOSPC: ENOSPC is raised by `ensure_space` before anything
@@ -207,7 +207,7 @@ class Volumes:
         except _FlushFailed as e:
             # Linux reports a writeback error to one fdatasync only: this one may have
             # taken the report of a record's lost write, so the log breaks as the
-            # appender's would.
+            # log writer's would.
             self._break(e.errno or errno.EIO)
             raise
         self.allocated = max(self.allocated, prepared)
@@ -262,7 +262,7 @@ class Volumes:
         """Background: keep PREALLOC_AHEAD of prepared space ahead of the tail.
 
         Appends then rarely wait for a grow, and the zero-filling competes with them only
-        as background I/O. Never rolls over (that is the appenders' decision) and never
+        as background I/O. Never rolls over (that is the writers' decision) and never
         raises: a writer that finds no room grows or hears ENOSPC itself.
         """
         while True:
