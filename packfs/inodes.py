@@ -127,6 +127,7 @@ class InodeTable:
         self.fetch_xattrs: Callable[[int], bytes | None] = lambda ino: None  # from the catalog
         self._fetched: dict[int, bytes] = {}  # the last few values fetched (a GET reads them ~5 times)
         self._uncompressed: set[int] = set()  # set by setxattr since the last compress_xattrs
+        self._compress_at_close: set[int] = set()  # of those, files that were open then
         self._decoded: dict[int, tuple[bytes, bytes]] = {}  # the last few read: (stored blob, plain blob)
         # Extent maps of regular files; absent means empty. A file whose map is one whole
         # record (most Swift objects smaller than disk_chunk_size) has it in the `rec` and
@@ -459,16 +460,24 @@ class InodeTable:
         if packed and compressible(packed):
             self._uncompressed.add(ino)
 
-    def compress_xattrs(self, limit: int = 1 << 62) -> bool:
+    def compress_xattrs(self, limit: int = 1 << 62, open_files: bool = False) -> bool:
         """Compress up to `limit` of the xattrs stored plain; True if some are left.
 
         setxattr stores them plain: Swift sets two per PUT, and compressing on each
         (after decompressing for the second) took ~60 us of the request's own time.
-        The journal compresses them in the background, while a commit's flush runs.
+        The journal compresses them in the background, while a commit's flush runs. Those
+        of a file that is open wait for its last close (see closed), unless open_files:
+        Swift sets its second xattr after another PUT's commit more often than not, and
+        compressing the first alone cost a compression and a decompression more per PUT
+        (1.3 compressions and 0.35 decompressions per PUT at concurrency 16).
         """
-        pending, xat, blobs = self._uncompressed, self.xat, self.xblobs
+        pending, xat, blobs, opens = self._uncompressed, self.xat, self.xblobs, self.opens
         for _ in range(min(limit, len(pending))):
             ino = pending.pop()
+            if opens.get(ino) and not open_files:
+                self._compress_at_close.add(ino)
+                continue
+            self._compress_at_close.discard(ino)
             ref = xat[ino]
             if ref:
                 x = blobs.get(ref)
@@ -477,6 +486,12 @@ class InodeTable:
                     xat[ino] = blobs.put(packed)
                     blobs.release(ref)
         return bool(pending)
+
+    def closed(self, ino: int) -> None:
+        """A file's last handle closed: its xattrs may be compressed now."""
+        if ino in self._compress_at_close:
+            self._compress_at_close.discard(ino)
+            self._uncompressed.add(ino)
 
     def checkpointed(self, rows: Iterable[InodeRow]) -> None:
         """The catalog now holds these rows: forget the xattrs that have not changed since

@@ -145,7 +145,7 @@ class Journal:
         async with self._checkpoint_lock:
             started = time.monotonic()
             await self.volumes.ensure_space(records.BLOCK, metadata=True)
-            self.ns.table.compress_xattrs()  # the catalog and the image get them small
+            self.ns.table.compress_xattrs(open_files=True)  # the catalog and the image get them small
             self._stage()
             position = {"volume": self.volumes.active, "offset": self.volumes.tail,
                         "seq": self.volumes.seq, "next_ino": self.ns.next_ino}

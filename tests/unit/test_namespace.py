@@ -328,6 +328,30 @@ def test_large_xattrs_are_stored_compressed_and_read_back_exactly(ns):
     assert ns.listxattr(f.ino) == [b"user.small"] and ns.getxattr(f.ino, b"user.small") == b"v"
 
 
+def test_xattrs_of_an_open_file_are_compressed_once_it_is_closed(ns):
+    """Swift sets its metadata and then its checksum on the open file: compressing the
+    first alone would mean decompressing and compressing again for the second."""
+    import pickle
+
+    from packfs.xattrblob import is_compressed
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    f.opens = 1
+    meta = pickle.dumps({"name": "/AUTH_test/c/o", "X-Timestamp": "1763872345.12345"}, protocol=2) * 4
+    ns.setxattr(f.ino, b"user.swift.metadata", meta)
+    assert ns.table.compress_xattrs() is False  # nothing left to do before the close...
+    assert not is_compressed(f.row()[11])  # ...and the open file's blob is still plain
+    f.opens = 0
+    ns.table.closed(f.ino)
+    assert ns.table.compress_xattrs() is False
+    assert is_compressed(f.row()[11])
+    assert ns.getxattr(f.ino, b"user.swift.metadata") == meta
+    g = ns.create(ROOT, b"g", REG, 0, 0)
+    g.opens = 1
+    ns.setxattr(g.ino, b"user.swift.metadata", meta)
+    ns.table.compress_xattrs(open_files=True)  # a checkpoint's: the catalog gets them small
+    assert is_compressed(g.row()[11])
+
+
 def test_xattr_arena_space_is_reused_as_swift_rewrites_metadata(ns):
     """Each setxattr and each background compression frees the blob it replaces; the next
     blob of that size class takes its place, so rewriting metadata barely grows the arena."""
