@@ -202,6 +202,30 @@ static void free_chain(Batch *b) {
     }
 }
 
+/* A batch of ops, a list of (fd, offset, data) writes and (fd, -1, None) flushes, with
+ * the buffers of its writes held; NULL with an exception set if ops are malformed. */
+static Batch *new_batch(PyObject *ops, int sync_fd) {
+    Py_ssize_t n = PyList_GET_SIZE(ops);
+    Batch *b = PyMem_Calloc(1, sizeof *b);
+    if (!b || !(b->ops = PyMem_Calloc(n ? n : 1, sizeof(Op)))) {
+        PyMem_Free(b);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    b->sync_fd = sync_fd;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Op *op = &b->ops[i];
+        PyObject *data;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(ops, i), "iLO", &op->fd, &op->offset, &data) ||
+            (op->offset >= 0 && PyObject_GetBuffer(data, &op->buf, PyBUF_SIMPLE) < 0)) {
+            free_batch(b); /* releases the buffers of the first b->nops ops, those it holds */
+            return NULL;
+        }
+        b->nops = i + 1;
+    }
+    return b;
+}
+
 static int Writer_init(Writer *w, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kw, "", kwlist))
@@ -243,23 +267,10 @@ static PyObject *Writer_submit(Writer *w, PyObject *args) {
         PyErr_SetString(PyExc_RuntimeError, "the writer is stopped");
         return NULL;
     }
-    Py_ssize_t n = PyList_GET_SIZE(ops);
-    Batch *b = PyMem_Calloc(1, sizeof *b);
-    if (!b || !(b->ops = PyMem_Calloc(n ? n : 1, sizeof(Op)))) {
-        PyMem_Free(b);
-        return PyErr_NoMemory();
-    }
+    Batch *b = new_batch(ops, sync_fd);
+    if (!b)
+        return NULL;
     b->tag = tag;
-    b->sync_fd = sync_fd;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Op *op = &b->ops[i];
-        PyObject *data;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(ops, i), "iLO", &op->fd, &op->offset, &data))
-            goto fail;
-        if (op->offset >= 0 && PyObject_GetBuffer(data, &op->buf, PyBUF_SIMPLE) < 0)
-            goto fail;
-        b->nops = i + 1;
-    }
     pthread_mutex_lock(&w->lock);
     *w->queued_tail = b;
     w->queued_tail = &b->next;
@@ -267,9 +278,6 @@ static PyObject *Writer_submit(Writer *w, PyObject *args) {
     pthread_cond_signal(&w->wake);
     pthread_mutex_unlock(&w->lock);
     Py_RETURN_NONE;
-fail:
-    free_batch(b); /* releases the buffers of the first b->nops ops, those it holds */
-    return NULL;
 }
 
 /* done(): [(tag, errno, write_ns, flush_ns, writes, flushes)] for the batches executed
@@ -315,34 +323,17 @@ static PyObject *Writer_run_now(Writer *w, PyObject *args) {
     pthread_mutex_unlock(&w->lock);
     if (busy)
         Py_RETURN_NONE;
-    Py_ssize_t n = PyList_GET_SIZE(ops);
-    Batch b = {0};
-    b.sync_fd = sync_fd;
-    b.ops = PyMem_Calloc(n ? n : 1, sizeof(Op));
-    if (!b.ops)
-        return PyErr_NoMemory();
-    PyObject *result = NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Op *op = &b.ops[i];
-        PyObject *data;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(ops, i), "iLO", &op->fd, &op->offset, &data))
-            goto out;
-        if (op->offset >= 0 && PyObject_GetBuffer(data, &op->buf, PyBUF_SIMPLE) < 0)
-            goto out;
-        b.nops = i + 1;
-    }
+    Batch *b = new_batch(ops, sync_fd);
+    if (!b)
+        return NULL;
     Py_BEGIN_ALLOW_THREADS
-    failed = execute(&b, failed);
+    failed = execute(b, failed);
     Py_END_ALLOW_THREADS
     pthread_mutex_lock(&w->lock);
     w->failed = failed;
     pthread_mutex_unlock(&w->lock);
-    result = Py_BuildValue("(iLLLL)", b.err, b.write_ns, b.flush_ns, b.writes, b.flushes);
-out:
-    for (Py_ssize_t i = 0; i < b.nops; i++)
-        if (b.ops[i].offset >= 0)
-            PyBuffer_Release(&b.ops[i].buf);
-    PyMem_Free(b.ops);
+    PyObject *result = Py_BuildValue("(iLLLL)", b->err, b->write_ns, b->flush_ns, b->writes, b->flushes);
+    free_batch(b);
     return result;
 }
 

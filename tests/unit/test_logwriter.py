@@ -162,3 +162,19 @@ def test_a_disk_that_intercepts_writes_gets_the_python_writer():
     w = logwriter.writer_for(Disk())
     assert isinstance(w, logwriter.CWriter)  # built with the package (make test builds it)
     w.close()
+
+
+def test_malformed_ops_are_refused_and_the_writer_goes_on(files):
+    a, _ = files
+    w = make("c")
+    try:
+        for bad in ([(a, 0)], [(a, 0, 123)], [(a, 0, b"ok"), ("fd", 2, b"x")]):
+            with pytest.raises(TypeError):
+                w.submit(1, bad, -1)
+            with pytest.raises(TypeError):
+                w.run_now(bad, -1)
+        w.submit(2, [(a, 0, b"fine")], a)
+        assert [(r[0], r[1]) for r in wait_done(w, 1)] == [(2, 0)]
+    finally:
+        w.close()
+    assert os.pread(a, 10, 0) == b"fine"
