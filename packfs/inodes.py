@@ -469,7 +469,7 @@ class InodeTable:
         of a file that is open wait for its last close (see closed), unless open_files:
         Swift sets its second xattr after another PUT's commit more often than not, and
         compressing the first alone cost a compression and a decompression more per PUT
-        (1.3 compressions and 0.35 decompressions per PUT at concurrency 16).
+        (1.36 compressions and 0.38 decompressions per PUT at concurrency 16, 1.0 and 0 now).
         """
         pending, xat, blobs, opens = self._uncompressed, self.xat, self.xblobs, self.opens
         for _ in range(min(limit, len(pending))):
