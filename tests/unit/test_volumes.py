@@ -282,3 +282,48 @@ def test_write_now_hands_over_to_an_appender_whose_batch_is_not_done(tmp_path):
 
     serve(v, body, preallocate=False)
     v.close()
+
+
+class HeldFlushDisk(Disk):
+    """The real disk, whose flushes wait until `hold` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold = threading.Event()
+        self.flushing = threading.Event()
+
+    def fdatasync(self, fd: int) -> None:
+        self.flushing.set()
+        self.hold.wait()
+        super().fdatasync(fd)
+
+
+def test_batches_a_stopped_writer_did_not_take_go_to_the_next_run(tmp_path):
+    """Stopping the log writer waits for the take in hand; the batches queued behind it
+    are not written then, and the next run writes them, in order, durably."""
+    disk = HeldFlushDisk()
+    v = volumes(tmp_path, disk=disk)
+    first, later = os.urandom(5000), [os.urandom(3000 + i) for i in range(3)]
+    tickets = []
+
+    async def stop_with_batches_queued() -> None:
+        await v.ensure_space(4 * records.footprint(8000))
+        tickets.append(v.append(records.DATA, 5, 0, first, sync=True))
+        while not disk.flushing.is_set():  # the writer holds the first batch in its flush
+            await trio.sleep(0.001)
+        for i, data in enumerate(later):
+            tickets.append(v.append(records.DATA, 6 + i, 0, data, sync=True))
+        threading.Timer(0.2, disk.hold.set).start()  # the stop below waits for the take in hand
+
+    serve(v, stop_with_batches_queued, preallocate=False)
+    written_after_stop = v._written
+    assert written_after_stop == tickets[0][2]  # the first batch only
+
+    async def finish() -> None:
+        with trio.fail_after(10):
+            await v.wait_durable(tickets[-1][2])
+        for (vol, off, _), ino, data in zip(tickets, range(5, 9), [first, *later]):
+            assert await v.read(vol, off, len(data), ino) == data
+
+    serve(v, finish, preallocate=False)
+    v.close()
