@@ -281,32 +281,34 @@ static PyObject *Writer_submit(Writer *w, PyObject *args) {
 }
 
 /* done(): [(tag, errno, write_ns, flush_ns, writes, flushes)] for the batches executed
- * since the last call, in order; their buffers are released. */
+ * since the last call, in order; their buffers are released. Out of memory, it raises
+ * (the results are lost: the caller cannot go on without them). */
 static PyObject *Writer_done(Writer *w, PyObject *Py_UNUSED(ignored)) {
     uint64_t count;
     if (read(w->efd, &count, sizeof count) < 0 && errno != EAGAIN)
         return PyErr_SetFromErrno(PyExc_OSError);
+    PyObject *out = PyList_New(0);
+    if (!out)
+        return NULL; /* nothing taken: the next call returns them */
     pthread_mutex_lock(&w->lock);
     Batch *b = w->done;
     w->done = NULL;
     w->done_tail = &w->done;
     pthread_mutex_unlock(&w->lock);
-    PyObject *out = PyList_New(0);
-    while (b) {
-        Batch *next = b->next;
+    long long taken = 0;
+    for (Batch *next; b; b = next, taken++) {
+        next = b->next;
         PyObject *t = out ? Py_BuildValue("(LiLLLL)", b->tag, b->err, b->write_ns, b->flush_ns, b->writes,
                                           b->flushes)
                           : NULL;
-        if (t) {
-            PyList_Append(out, t);
-            Py_DECREF(t);
-        }
+        if (!t || PyList_Append(out, t) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(t);
         free_batch(b);
-        pthread_mutex_lock(&w->lock);
-        w->in_hand--;
-        pthread_mutex_unlock(&w->lock);
-        b = next;
     }
+    pthread_mutex_lock(&w->lock);
+    w->in_hand -= taken;
+    pthread_mutex_unlock(&w->lock);
     return out;
 }
 
@@ -372,7 +374,7 @@ static void Writer_dealloc(Writer *w) {
     free_chain(w->done);
     if (w->efd >= 0)
         close(w->efd);
-    if (w->queued_tail) {
+    if (w->queued_tail) { /* set by init once the mutex and condition exist */
         pthread_mutex_destroy(&w->lock);
         pthread_cond_destroy(&w->wake);
     }

@@ -137,7 +137,7 @@ def test_close_finishes_the_take_in_hand_and_refuses_more(writer, files):
     writer.close()
     done = writer.done()
     assert [r[0] for r in done] in ([1], [])  # taken (and written) or dropped unwritten
-    assert os.pread(a, 5000, 0) in (b"x" * 4096, b"")
+    assert os.pread(a, 5000, 0) == (b"x" * 4096 if done else b"")
     with pytest.raises(RuntimeError):
         writer.submit(2, [], -1)
 
