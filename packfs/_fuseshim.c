@@ -3,9 +3,9 @@
  * why and how it is loaded). Two interpositions, each off unless packfs_shim_enable
  * asked for it before the session is made:
  *
- * fuse_session_new (dircache): pyfuse3 hands libfuse its table of low-level handlers
- * here. This copies the table, changes three entries and calls libfuse's own
- * fuse_session_new with the copy:
+ * fuse_session_new (dircache, filecache): pyfuse3 hands libfuse its table of low-level
+ * handlers here. This copies the table, changes the entries below and calls libfuse's
+ * own fuse_session_new with the copy:
  *
  *   opendir      answers ENOSYS at once, in C, when the kernel said at INIT that it
  *                supports that (FUSE_CAP_NO_OPENDIR_SUPPORT, Linux 5.1 and later; an
@@ -17,7 +17,16 @@
  *                the kernel sends handle 0, and pyfuse3 passes handlers the handle, not
  *                the inode. (packfs's own opendir returns the inode as the handle too;
  *                its fsyncdir needs no handle.)
- *   init         notes what the kernel supports, then runs pyfuse3's.
+ *   open         (filecache) answers ENOSYS at once, in C, when the kernel supports
+ *                that (FUSE_CAP_NO_OPEN_SUPPORT): the kernel then opens every file
+ *                without OPEN or RELEASE, with FOPEN_KEEP_CACHE. Files create() made
+ *                still have handles of their own.
+ *   read, write, write_buf  (filecache) get INODE_HANDLE | the inode as the file handle
+ *                when the kernel sends 0 (a file opened without a request), and
+ *                ROOT_WRITER too in a write root sent.
+ *   init         notes what the kernel supports, then runs pyfuse3's; with filecache
+ *                in force it takes FUSE_CAP_ATOMIC_O_TRUNC out of the answer, so that
+ *                the kernel sends an O_TRUNC open's truncation as a SETATTR.
  *
  * fuse_session_mount (killpriv): libfuse 3.14 cannot ask for FUSE_HANDLE_KILLPRIV_V2
  * (Linux 5.12 and later): the filesystem, not the kernel, takes set-ID bits and file
@@ -44,13 +53,21 @@ typedef struct fuse_session *(*session_new_fn)(struct fuse_args *, const struct 
                                                size_t, void *);
 typedef int (*session_mount_fn)(struct fuse_session *, const char *);
 
-static int want_dircache, want_killpriv; /* asked for by packfs_shim_enable */
+static int want_dircache, want_filecache, want_killpriv; /* asked for by packfs_shim_enable */
 static int installed;    /* the last session got the rewritten table */
 static int zero_message; /* ... and its kernel supports zero-message opendir */
+static int zero_open;    /* ... and zero-message open, which filecache asked for */
 static struct fuse_lowlevel_ops ops;
 static void (*next_init)(void *, struct fuse_conn_info *);
 static void (*next_opendir)(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
 static void (*next_readdirplus)(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file_info *);
+static void (*next_open)(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
+static void (*next_read)(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file_info *);
+static void (*next_write)(fuse_req_t, fuse_ino_t, const char *, size_t, off_t, struct fuse_file_info *);
+static void (*next_write_buf)(fuse_req_t, fuse_ino_t, struct fuse_bufvec *, off_t, struct fuse_file_info *);
+
+#define INODE_HANDLE (1ULL << 63) /* a handle that names an inode, not an open (fuseshim.py) */
+#define ROOT_WRITER (1ULL << 62)  /* ... in a write root sent: it keeps set-ID bits */
 
 static int init_seen;      /* the kernel's INIT request was read: init_unique is its id */
 static uint64_t init_unique;
@@ -58,10 +75,52 @@ static int init_offers;    /* ... and it offered FUSE_HANDLE_KILLPRIV_V2 */
 static int init_answered;  /* libfuse's INIT reply went out */
 static int killpriv;       /* ... with FUSE_HANDLE_KILLPRIV_V2 set */
 
+static void opendir_enosys(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+static void open_enosys(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+
 static void init_noting_support(void *userdata, struct fuse_conn_info *conn)
 {
-    zero_message = (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
+    zero_message = ops.opendir == opendir_enosys && (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
+    zero_open = ops.open == open_enosys && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) != 0;
     next_init(userdata, conn);
+    if (zero_open) /* no OPEN carries O_TRUNC: the kernel must send it as a SETATTR */
+        conn->want &= ~FUSE_CAP_ATOMIC_O_TRUNC;
+}
+
+static void open_enosys(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    if (zero_open)
+        fuse_reply_err(req, ENOSYS);
+    else
+        next_open(req, ino, fi);
+}
+
+/* A file opened without a request has handle 0: name its inode instead, and for a write
+ * whether root sent it (pyfuse3 gives write handlers no request context). */
+static void by_inode(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int writing)
+{
+    if (fi->fh == 0)
+        fi->fh = INODE_HANDLE | (writing && fuse_req_ctx(req)->uid == 0 ? ROOT_WRITER : 0) | ino;
+}
+
+static void read_by_inode(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+    by_inode(req, ino, fi, 0);
+    next_read(req, ino, size, off, fi);
+}
+
+static void write_by_inode(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+                           struct fuse_file_info *fi)
+{
+    by_inode(req, ino, fi, 1);
+    next_write(req, ino, buf, size, off, fi);
+}
+
+static void write_buf_by_inode(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off,
+                               struct fuse_file_info *fi)
+{
+    by_inode(req, ino, fi, 1);
+    next_write_buf(req, ino, bufv, off, fi);
 }
 
 static void opendir_enosys(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -85,18 +144,31 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
     session_new_fn next = (session_new_fn)dlsym(RTLD_NEXT, "fuse_session_new");
     if (next == NULL)
         return NULL;
-    installed = zero_message = 0;
+    installed = zero_message = zero_open = 0;
     init_seen = init_offers = init_answered = killpriv = 0;
-    if (!want_dircache || op_size > sizeof ops || op->init == NULL || op->opendir == NULL ||
-        op->readdirplus == NULL)
+    int dircache = want_dircache && op->opendir && op->readdirplus;
+    int filecache = want_filecache && op->open && op->read && op->write && op->write_buf;
+    if (!(dircache || filecache) || op_size > sizeof ops || op->init == NULL)
         return next(args, op, op_size, userdata);
     memcpy(&ops, op, op_size);
     next_init = op->init;
-    next_opendir = op->opendir;
-    next_readdirplus = op->readdirplus;
     ops.init = init_noting_support;
-    ops.opendir = opendir_enosys;
-    ops.readdirplus = readdirplus_by_inode;
+    if (dircache) {
+        next_opendir = op->opendir;
+        next_readdirplus = op->readdirplus;
+        ops.opendir = opendir_enosys;
+        ops.readdirplus = readdirplus_by_inode;
+    }
+    if (filecache) {
+        next_open = op->open;
+        next_read = op->read;
+        next_write = op->write;
+        next_write_buf = op->write_buf;
+        ops.open = open_enosys;
+        ops.read = read_by_inode;
+        ops.write = write_by_inode;
+        ops.write_buf = write_buf_by_inode;
+    }
     struct fuse_session *se = next(args, &ops, op_size, userdata);
     installed = se != NULL;
     return se;
@@ -146,9 +218,10 @@ int fuse_session_mount(struct fuse_session *se, const char *mountpoint)
     return r;
 }
 
-void packfs_shim_enable(int dircache, int kill_priv)
+void packfs_shim_enable(int dircache, int filecache, int kill_priv)
 {
     want_dircache = dircache;
+    want_filecache = filecache;
     want_killpriv = kill_priv;
 }
 
@@ -160,6 +233,11 @@ int packfs_shim_installed(void)
 int packfs_shim_zero_message_opendir(void)
 {
     return installed && zero_message;
+}
+
+int packfs_shim_zero_message_open(void)
+{
+    return installed && zero_open;
 }
 
 int packfs_shim_killpriv(void)

@@ -117,7 +117,7 @@ class Daemon:
         fs = Filesystem(p, self.opts, disk)
         ops = Operations(fs)
         self.drain = fuseloop.install(self.opts.drain)
-        fuseshim.enable(self.opts.dircache)
+        fuseshim.enable(self.opts.dircache, self.opts.filecache)
         try:
             pyfuse3.init(ops, self.mountpoint, fuse_options(self.packdir, self.opts))
         except Exception as e:
@@ -131,8 +131,9 @@ class Daemon:
         if not fuseshim.loaded():
             log.warning("the fuse shim library is not built: directories are opened by a FUSE request, and "
                         "cached writes ask the kernel's getxattr before each write (see fuseshim.py)")
-        elif self.opts.dircache and not fuseshim.installed():
-            log.warning("the fuse shim did not take: directories are opened by a FUSE request (see fuseshim.py)")
+        elif (self.opts.dircache or self.opts.filecache) and not fuseshim.installed():
+            log.warning("the fuse shim did not take: directories and files are opened by a FUSE request "
+                        "(see fuseshim.py)")
         try:
             trio.run(self._serve, fs, ops, ready, instruments=[self.drain.turn] if self.drain else [])
         finally:
@@ -151,6 +152,7 @@ class Daemon:
             if command == "stats":
                 return {**fs.stats(), "operations": ops.opstats.report(), "busy_poll_turns": ops.busypoll.spins,
                         "zero_message_opendir": fuseshim.zero_message_opendir(),
+                        "zero_message_open": fuseshim.zero_message_open(),
                         "killpriv_v2": fuseshim.killpriv(), "listings_open": len(ops.listings),
                         "fuse_waits_skipped": self.drain.skipped if self.drain else 0,
                         "device": fs.volumes.timings.report()}

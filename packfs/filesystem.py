@@ -22,7 +22,13 @@ from .options import Options
 from .pack import Pack
 from .writeback import WriteBehind
 
-
+# A handle that names an inode, not an open: the FUSE adapter's for a file the kernel
+# opened without a request (zero-message open, option filecache), with ROOT_WRITER set in
+# a write root sent (it keeps set-ID bits). It has no release, so what is written through
+# it is flushed at once.
+INODE_HANDLE = 1 << 63
+ROOT_WRITER = 1 << 62
+_WARMED_MAX = 64  # files whose records were prefetched lately, not asked for again
 
 @dataclass
 class Setattr:
@@ -50,6 +56,7 @@ class Filesystem:
         self.handles: dict[int, Inode] = {}
         self.privileged: set[int] = set()  # handles root opened: their writes keep set-ID bits
         self._next_fh = 1
+        self._warmed: dict[int, None] = {}  # the last files prefetched, oldest first
         self.started = time.time()
 
     async def start(self, nursery: trio.Nursery) -> None:
@@ -143,7 +150,22 @@ class Filesystem:
     # -- xattrs -------------------------------------------------------------------
 
     def getxattr(self, ino: int, name: bytes) -> bytes:
+        if self.options.prefetch and ino not in self._warmed:
+            self._warm(ino)
         return self.ns.getxattr(ino, name)
+
+    def _warm(self, ino: int) -> None:
+        """Start the disk read of a regular file's first records: a file whose xattrs are
+        read is about to be read (Swift's GET reads five xattrs, then the data), and by
+        then the records are in the page cache, so the read is served on the loop instead
+        of waiting for the disk in a worker thread. Once per file among the last few."""
+        node = self.ns.find(ino)
+        if node is None or not node.is_reg:
+            return
+        self._warmed[ino] = None
+        if len(self._warmed) > _WARMED_MAX:
+            del self._warmed[next(iter(self._warmed))]
+        self.volumes.prefetch(node.extent_list())
 
     def listxattr(self, ino: int) -> list[bytes]:
         return self.ns.listxattr(ino)
@@ -156,9 +178,9 @@ class Filesystem:
 
     # -- contents -------------------------------------------------------------------
 
-    def open(self, ino: int, truncate: bool = False, prefetch: bool = False, privileged: bool = True) -> int:
-        """A handle for a file; prefetch: start reading its first records from the disk now;
-        privileged: the opener may keep set-ID bits when it writes or truncates (CAP_FSETID)."""
+    def open(self, ino: int, truncate: bool = False, privileged: bool = True) -> int:
+        """A handle for a file; privileged: the opener may keep set-ID bits when it writes
+        or truncates (CAP_FSETID)."""
         node = self.ns.get(ino)
         if node.is_dir:
             raise FsError(errno.EISDIR)
@@ -168,8 +190,6 @@ class Filesystem:
                 node.mtime = node.ctime = time.time_ns()
                 self.ns.touch(node)
             self.ns.remove_privileges(node, setid=not privileged)
-        elif prefetch and node.is_reg:
-            self.volumes.prefetch(node.extent_list())
         node.opens += 1
         fh = self._next_fh
         self._next_fh += 1
@@ -179,7 +199,7 @@ class Filesystem:
         return fh
 
     def _handle(self, fh: int) -> Inode:
-        node = self.handles.get(fh)
+        node = self.ns.find(fh & ~(INODE_HANDLE | ROOT_WRITER)) if fh & INODE_HANDLE else self.handles.get(fh)
         if node is None:
             raise FsError(errno.EBADF)
         return node
@@ -189,8 +209,12 @@ class Filesystem:
 
     async def write(self, fh: int, offset: int, data: bytes) -> int:
         node = self._handle(fh)
-        self.ns.remove_privileges(node, setid=fh not in self.privileged)
-        return await self.journal.reclaiming(self.wb.write, node, offset, data)
+        privileged = bool(fh & ROOT_WRITER) if fh & INODE_HANDLE else fh in self.privileged
+        self.ns.remove_privileges(node, setid=not privileged)
+        written = await self.journal.reclaiming(self.wb.write, node, offset, data)
+        if fh & INODE_HANDLE and node.opens == 0 and node.wbuf is not None:
+            self.wb.flush(node)  # no release will come for this handle
+        return written
 
     async def release(self, fh: int) -> None:
         node = self.handles.pop(fh, None)

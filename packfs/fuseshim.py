@@ -11,6 +11,16 @@ handler table pyfuse3 gives libfuse so that opendir answers ENOSYS in C and read
 given the inode as its handle. Operations.opendir returns the inode as the handle too,
 so the same readdir serves both ways.
 
+Zero-message open (option filecache): Swift opens an existing file for every GET,
+HEAD and DELETE, two round trips each (OPEN, RELEASE). A kernel whose open answered
+ENOSYS sends neither again and keeps each file's pages cached across opens. Reads and
+writes through such a file then come with handle 0, and pyfuse3 passes handlers the
+handle, not the inode: the library gives them the inode as the handle, marked with
+filesystem.INODE_HANDLE (and ROOT_WRITER in a write root sent: pyfuse3 gives `write`
+no request context). No OPEN carries O_TRUNC then, so the library takes
+ATOMIC_O_TRUNC out of libfuse's INIT answer and the kernel sends it as a SETATTR. A
+handle create() returns is opened and released as before.
+
 HANDLE_KILLPRIV_V2 (always asked for): the kernel's cached write path (writeback_cache,
 or a handle without direct I/O) asks getxattr("security.capability") before every
 write() unless the filesystem takes set-ID bits and capabilities itself, which libfuse
@@ -42,10 +52,10 @@ def _load() -> ctypes.CDLL | None:
 _lib = _load()
 
 
-def enable(dircache: bool, killpriv: bool = True) -> None:
+def enable(dircache: bool, filecache: bool = False, killpriv: bool = True) -> None:
     """Ask for each part in the next FUSE session (call before pyfuse3.init)."""
     if _lib is not None:
-        _lib.packfs_shim_enable(int(dircache), int(killpriv))
+        _lib.packfs_shim_enable(int(dircache), int(filecache), int(killpriv))
 
 
 def loaded() -> bool:
@@ -54,7 +64,8 @@ def loaded() -> bool:
 
 
 def installed() -> bool:
-    """Whether the last FUSE session made got the rewritten handler table (dircache)."""
+    """Whether the last FUSE session made got the rewritten handler table (dircache,
+    filecache)."""
     return _lib is not None and bool(_lib.packfs_shim_installed())
 
 
@@ -62,6 +73,12 @@ def zero_message_opendir() -> bool:
     """Whether the last FUSE session opens directories without a request (known once the
     kernel's INIT was answered: the kernel must support it)."""
     return _lib is not None and bool(_lib.packfs_shim_zero_message_opendir())
+
+
+def zero_message_open() -> bool:
+    """Whether the last FUSE session opens files without a request (filecache; known once
+    the kernel's INIT was answered)."""
+    return _lib is not None and bool(_lib.packfs_shim_zero_message_open())
 
 
 def killpriv() -> bool:

@@ -5,16 +5,19 @@ No storage logic lives here. Each handler is timed into OpStats, and core errors
 st_ino 0 so that the kernel caches the negative entry; flush answers ENOSYS so that the
 kernel stops sending it (release does the work).
 
-Handles that only write (O_WRONLY) and the handle create() returns use direct I/O
-(option direct_writes): each write() is one request, and nothing is cached that a
-small Swift object would not read back. A direct write invalidates the kernel's cached
+The handle create() returns, and handles that only write (O_WRONLY) where files are
+opened by a request (nofilecache), use direct I/O (option direct_writes): each write()
+is one request, and nothing is cached that a small Swift object would not read back.
+With filecache (fuseshim.py) an existing file opens without a request: its reads and
+writes come with the inode as the handle, and open and release are never called. A direct write invalidates the kernel's cached
 pages of the range it writes, so other handles and mappings stay coherent; the one
 cost is that a direct handle cannot be mapped MAP_SHARED (ENODEV). With
 writeback_cache and nodirect_writes the kernel gathers writes into requests of up to
 1 MiB instead (large objects; see the README), and asks getxattr("security.capability")
 once per file rather than before every write, because the fuse shim takes
 HANDLE_KILLPRIV_V2 (fuseshim.py). The requests carry the opener's uid, so open,
-create and setattr tell the core whether root asked (who keeps set-ID bits).
+create and setattr tell the core whether root asked (who keeps set-ID bits); a write
+through a file opened without a request says so in its handle (filesystem.ROOT_WRITER).
 """
 from __future__ import annotations
 
@@ -81,7 +84,6 @@ class Operations(pyfuse3.Operations):
         self._entry_timeout = fs.options.entry_timeout
         self._attr_timeout = fs.options.attr_timeout
         self._direct_writes = fs.options.direct_writes
-        self._prefetch = fs.options.prefetch
         self.listings = Listings(fs.ns.listdir)
 
     def watch_queue(self, fuse_fd: int | None) -> None:
@@ -232,9 +234,7 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
-        reading = (flags & os.O_ACCMODE) == os.O_RDONLY
-        fh = self.fs.open(inode, truncate=bool(flags & os.O_TRUNC), prefetch=reading and self._prefetch,
-                          privileged=ctx.uid == 0)
+        fh = self.fs.open(inode, truncate=bool(flags & os.O_TRUNC), privileged=ctx.uid == 0)
         direct = self._direct_writes and (flags & os.O_ACCMODE) == os.O_WRONLY
         return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=direct)
 

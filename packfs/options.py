@@ -41,8 +41,9 @@ class Options:
     max_tasks: int = 64                # concurrent pyfuse3 request tasks
     busy_poll_us: int = 100            # the loop polls this long after a request before sleeping
     drain: int = 8                     # queued requests read back to back before the loop yields
-    prefetch: bool = True              # an open for reading starts the disk read of the file's data
+    prefetch: bool = True              # a file's first xattr read starts the disk read of its data
     dircache: bool = True              # directories open without a request; the kernel caches listings
+    filecache: bool = True             # files open without a request; the kernel keeps their pages
     xattrs_in_memory: bool = True      # off: checkpointed xattr values are read from the catalog
     debug: bool = False                # log every request
 

@@ -1,4 +1,5 @@
-"""direct_writes: write-only and creating handles use direct I/O.
+"""direct_writes: the creating handle uses direct I/O, and so do write-only handles
+where files are opened by a request (nofilecache).
 
 The point is one FUSE request per write() and no copy into the page cache; the promise
 is that nothing else changes: cached readers and mappings still see every write at once, and files
@@ -31,14 +32,29 @@ def _writes_and_capability_probes(mnt, open_flags: int) -> tuple[int, int]:
             after.get("getxattr", 0) - before.get("getxattr", 0))
 
 
-@pytest.mark.parametrize("how", ["create", "write-only"])
-def test_a_direct_handle_costs_one_request_per_write(tmp_path, packdir, how):
-    with mounted(packdir, tmp_path / "mnt") as m:
+@pytest.mark.parametrize("how, options", [("create", ""), ("create", "nofilecache"),
+                                          ("write-only", "nofilecache")])
+def test_a_direct_handle_costs_one_request_per_write(tmp_path, packdir, how, options):
+    with mounted(packdir, tmp_path / "mnt", options) as m:
         if how == "write-only":
             write_file(m / "f", b"")
         writes, probes = _writes_and_capability_probes(m, os.O_WRONLY | os.O_CREAT)
         assert writes == 20
         assert probes == 0
+        assert read_file(m / "f") == b"".join(bytes([i]) * 65536 for i in range(20))
+
+
+def test_a_write_only_handle_opened_without_a_request_is_cached(tmp_path, packdir):
+    """With filecache the kernel opens an existing file without asking, so packfs cannot
+    make the handle direct: each write() is still one request, and the kernel asks for
+    the file's capabilities once (HANDLE_KILLPRIV_V2), not per write."""
+    with mounted(packdir, tmp_path / "mnt") as m:
+        if not stats(m)["zero_message_open"]:
+            pytest.skip("the kernel cannot open files without a request")
+        write_file(m / "f", b"")
+        writes, probes = _writes_and_capability_probes(m, os.O_WRONLY)
+        assert writes == 20
+        assert probes == (1 if stats(m)["killpriv_v2"] else 20)
         assert read_file(m / "f") == b"".join(bytes([i]) * 65536 for i in range(20))
 
 

@@ -1,12 +1,16 @@
-"""prefetch on a real mount: an open for reading starts the disk read of a cold file, so
-the read that follows finds the backing page cache warm and no worker thread waits."""
+"""prefetch on a real mount: reading a cold file's xattrs starts the disk read of its
+data, so the read that follows (Swift's GET reads five xattrs, then the data) finds the
+backing page cache warm and no worker thread waits."""
 from __future__ import annotations
 
+import errno
 import os
 import time
 from pathlib import Path
 
-from fsutil import drop_cache, write_file
+import pytest
+
+from fsutil import drop_cache, raises_errno, write_file
 from mounts import mounted, stats
 
 FILES = 16
@@ -34,24 +38,28 @@ def _make_cold(mnt: Path) -> dict[Path, bytes]:
     return files
 
 
-def _open_wait_read(files: dict[Path, bytes], packdir: Path) -> None:
-    """Open, wait, read each file, its record evicted from the backing cache just before
-    the open (so no earlier read's readahead has brought it in)."""
+def _get(files: dict[Path, bytes], packdir: Path) -> None:
+    """Read each file as Swift's GET does: open, read its xattrs, wait (the rest of the
+    xattr round trips), read; its record evicted from the backing cache just before the
+    open (so no earlier read's readahead has brought it in)."""
     for path, data in files.items():
         _evict_volumes(packdir)
         fd = os.open(path, os.O_RDONLY)
         try:
-            time.sleep(0.1)  # Swift asks for the object's xattrs between its open and its read
+            with raises_errno(errno.ENODATA):
+                os.getxattr(fd, "user.swift.metadata")
+            time.sleep(0.1)
             assert os.read(fd, 1 << 20) == data, path
         finally:
             os.close(fd)
 
 
-def test_a_cold_read_after_open_finds_its_record_prefetched(tmp_path, packdir):
-    with mounted(packdir, tmp_path / "mnt") as m:
+@pytest.mark.parametrize("options", ["", "nofilecache"])
+def test_a_cold_read_after_an_xattr_read_finds_its_record_prefetched(tmp_path, packdir, options):
+    with mounted(packdir, tmp_path / "mnt", options) as m:
         files = _make_cold(m)
         before = stats(m)
-        _open_wait_read(files, packdir)
+        _get(files, packdir)
         after = stats(m)
     assert after["prefetches"] - before["prefetches"] == FILES
     assert after["device_reads_waited"] - before["device_reads_waited"] <= FILES // 4
@@ -61,7 +69,7 @@ def test_without_prefetch_a_cold_read_waits_for_the_disk(tmp_path, packdir):
     with mounted(packdir, tmp_path / "mnt", "noprefetch") as m:
         files = _make_cold(m)
         before = stats(m)
-        _open_wait_read(files, packdir)
+        _get(files, packdir)
         after = stats(m)
     assert after["prefetches"] == 0
     # The control for the test above: without prefetch the cold reads wait for the disk.

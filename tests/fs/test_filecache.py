@@ -1,0 +1,130 @@
+"""Zero-message open (option filecache, packfs/fuseshim.py) on a real mount.
+
+The point is fewer FUSE requests: an open of an existing file sends no OPEN, its close no
+RELEASE, and a file read again is answered from the kernel's cache. The promise is that
+nothing else changes: O_TRUNC still truncates, writes through such a handle are read
+back at once and reach the log without a release, root's writes keep set-ID bits and
+others' take them, and nofilecache brings the requests back.
+"""
+from __future__ import annotations
+
+import os
+import stat
+
+from fsutil import as_user, read_file, write_file
+from mounts import PACKFS, mounted, requests_served, stats
+
+import subprocess
+
+
+def _grown(before: dict[str, int], after: dict[str, int], op: str) -> int:
+    return after.get(op, 0) - before.get(op, 0)
+
+
+def _swift_get(path) -> bytes:
+    """What Swift's object server does for a GET: open, read the metadata xattrs, read."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.getxattr(fd, "user.swift.metadata")
+        return os.read(fd, 1 << 20)
+    finally:
+        os.close(fd)
+
+
+def _put(path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, data)
+        os.setxattr(fd, "user.swift.metadata", b"meta")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def test_files_open_without_a_request_and_reads_are_cached(mnt):
+    assert stats(mnt)["zero_message_open"] is True
+    shown = subprocess.run([*PACKFS, "stats", str(mnt)], check=True, capture_output=True, text=True).stdout
+    assert "files          open without a request" in shown
+    data = os.urandom(10000)
+    _put(mnt / "obj", data)
+    before = requests_served(mnt)
+    assert _swift_get(mnt / "obj") == data
+    middle = requests_served(mnt)
+    for _ in range(5):
+        assert _swift_get(mnt / "obj") == data
+    after = requests_served(mnt)
+    for op in ("open", "release"):
+        assert _grown(before, after, op) == 0
+    assert _grown(before, middle, "read") >= 1
+    assert _grown(middle, after, "read") == 0  # five more reads, all from the kernel's cache
+    assert _grown(middle, after, "getxattr") == 5  # xattrs are never cached by the kernel
+
+
+def test_the_creating_handle_is_still_opened_and_released(mnt):
+    before = requests_served(mnt)
+    _put(mnt / "obj", b"x")
+    after = requests_served(mnt)
+    assert _grown(before, after, "create") == 1
+    assert _grown(before, after, "release") == 1
+
+
+def test_o_trunc_truncates_a_file_opened_without_a_request(tmp_path, packdir):
+    with mounted(packdir, tmp_path / "mnt") as m:
+        write_file(m / "f", b"hello world")
+        assert read_file(m / "f") == b"hello world"  # its pages are in the kernel's cache now
+        before = requests_served(m)
+        fd = os.open(m / "f", os.O_WRONLY | os.O_TRUNC)
+        os.close(fd)
+        assert _grown(before, requests_served(m), "setattr") == 1  # the kernel sends O_TRUNC so
+        assert os.stat(m / "f").st_size == 0
+        assert read_file(m / "f") == b""
+        with open(m / "f", "wb") as f:
+            f.write(b"ab")
+        assert read_file(m / "f") == b"ab"
+    with mounted(packdir, tmp_path / "mnt") as m:
+        assert read_file(m / "f") == b"ab"
+
+
+def test_writes_through_an_opened_file_are_read_back_and_kept(tmp_path, packdir):
+    with mounted(packdir, tmp_path / "mnt") as m:
+        write_file(m / "hashes.invalid", b"")
+        reader = os.open(m / "hashes.invalid", os.O_RDONLY)
+        try:
+            for suffix in (b"abc\n", b"def\n", b"012\n"):
+                with open(m / "hashes.invalid", "ab") as f:  # Swift's invalidate_hash
+                    f.write(suffix)
+            assert os.pread(reader, 100, 0) == b"abc\ndef\n012\n"
+        finally:
+            os.close(reader)
+        with open(m / "hashes.invalid", "r+b") as f:
+            f.seek(4)
+            f.write(b"DEF")
+        assert stats(m)["dirty_bytes"] == 0  # no release comes for such a handle: flushed at once
+    with mounted(packdir, tmp_path / "mnt") as m:  # a clean unmount keeps them
+        assert read_file(m / "hashes.invalid") == b"abc\nDEF\n012\n"
+
+
+def test_set_id_bits_of_a_file_opened_without_a_request(tmp_path, packdir):
+    with mounted(packdir, tmp_path / "mnt") as m:
+        for name in ("theirs", "root"):
+            write_file(m / name, b"x")
+            os.chmod(m / name, 0o6777)
+        as_user(m, """
+            with open("theirs", "r+b") as f:
+                f.write(b"y")
+        """)
+        with open(m / "root", "r+b") as f:
+            f.write(b"r")
+        assert stat.S_IMODE(os.stat(m / "theirs").st_mode) == 0o777
+        assert stat.S_IMODE(os.stat(m / "root").st_mode) == 0o6777
+
+
+def test_nofilecache_opens_files_by_a_request(tmp_path, packdir):
+    with mounted(packdir, tmp_path / "mnt", "nofilecache") as m:
+        assert stats(m)["zero_message_open"] is False
+        _put(m / "obj", b"data")
+        before = requests_served(m)
+        assert _swift_get(m / "obj") == b"data"
+        after = requests_served(m)
+        assert _grown(before, after, "open") == 1
+        assert _grown(before, after, "release") == 1
