@@ -66,7 +66,7 @@ static void (*next_read)(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file
 static void (*next_write)(fuse_req_t, fuse_ino_t, const char *, size_t, off_t, struct fuse_file_info *);
 static void (*next_write_buf)(fuse_req_t, fuse_ino_t, struct fuse_bufvec *, off_t, struct fuse_file_info *);
 
-#define INODE_HANDLE (1ULL << 63) /* a handle that names an inode, not an open (fuseshim.py) */
+#define INODE_HANDLE (1ULL << 63) /* a handle that names an inode, not an open (filesystem.py) */
 #define ROOT_WRITER (1ULL << 62)  /* ... in a write root sent: it keeps set-ID bits */
 
 static int init_seen;      /* the kernel's INIT request was read: init_unique is its id */

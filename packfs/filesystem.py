@@ -30,6 +30,7 @@ INODE_HANDLE = 1 << 63
 ROOT_WRITER = 1 << 62
 _WARMED_MAX = 64  # files whose records were prefetched lately, not asked for again
 
+
 @dataclass
 class Setattr:
     """Which attributes a setattr changes; None leaves one alone."""
