@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import time
 
 from fsutil import as_user, read_file, write_file
 from mounts import PACKFS, mounted, requests_served, stats
-
-import subprocess
 
 
 def _grown(before: dict[str, int], after: dict[str, int], op: str) -> int:
@@ -128,3 +128,23 @@ def test_nofilecache_opens_files_by_a_request(tmp_path, packdir):
         after = requests_served(m)
         assert _grown(before, after, "open") == 1
         assert _grown(before, after, "release") == 1
+
+
+def test_an_unlinked_file_opened_without_a_request_lives_until_closed(mnt):
+    """No release tells packfs the file is closed: the kernel's reference does (FORGET)."""
+    (mnt / "f").write_bytes(b"x" * 100_000)
+    fd = os.open(mnt / "f", os.O_RDWR)
+    try:
+        os.unlink(mnt / "f")
+        os.pwrite(fd, b"y" * 50_000, 100_000)
+        os.fsync(fd)
+        assert os.fstat(fd).st_size == 150_000
+        assert os.pread(fd, 150_000, 0) == b"x" * 100_000 + b"y" * 50_000
+        assert stats(mnt)["files"] == 1
+    finally:
+        os.close(fd)
+    deadline = time.monotonic() + 10
+    while stats(mnt)["files"] and time.monotonic() < deadline:
+        time.sleep(0.05)  # the kernel forgets the inode after the close, asynchronously
+    assert stats(mnt)["files"] == 0
+    assert stats(mnt)["live_bytes"] == 0
