@@ -217,7 +217,7 @@ def format_stats(s: dict) -> str:
         f"{s['busy_poll_turns']:,} busy-polling turns",
         "directories    " + ("open without a request; the kernel caches their listings"
                             if s["zero_message_opendir"] else "opened by a FUSE request each (no fuse shim)"),
-        "files          " + ("open without a request; the kernel keeps their pages across opens"
+        "files          " + ("open without a request (no OPEN or RELEASE; files create makes still have both)"
                             if s["zero_message_open"] else "opened by a FUSE request each"),
         "set-ID bits    " + ("taken by packfs on write, truncate and chown (the kernel asks no getxattr per write)"
                             if s.get("killpriv_v2") else "taken as the kernel asks (cached writes cost a getxattr each)"),

@@ -13,7 +13,7 @@ so the same readdir serves both ways.
 
 Zero-message open (option filecache): Swift opens an existing file for every GET,
 HEAD and DELETE, two round trips each (OPEN, RELEASE). A kernel whose open answered
-ENOSYS sends neither again and keeps each file's pages cached across opens. Reads and
+ENOSYS sends neither again and opens every file with FOPEN_KEEP_CACHE. Reads and
 writes through such a file then come with handle 0, and pyfuse3 passes handlers the
 handle, not the inode: the library gives them the inode as the handle, marked with
 filesystem.INODE_HANDLE (and ROOT_WRITER in a write root sent: pyfuse3 gives `write`
@@ -52,7 +52,7 @@ def _load() -> ctypes.CDLL | None:
 _lib = _load()
 
 
-def enable(dircache: bool, filecache: bool = False, killpriv: bool = True) -> None:
+def enable(dircache: bool, filecache: bool, killpriv: bool = True) -> None:
     """Ask for each part in the next FUSE session (call before pyfuse3.init)."""
     if _lib is not None:
         _lib.packfs_shim_enable(int(dircache), int(filecache), int(killpriv))

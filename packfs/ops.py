@@ -9,7 +9,8 @@ The handle create() returns, and handles that only write (O_WRONLY) where files 
 opened by a request (nofilecache), use direct I/O (option direct_writes): each write()
 is one request, and nothing is cached that a small Swift object would not read back.
 With filecache (fuseshim.py) an existing file opens without a request: its reads and
-writes come with the inode as the handle, and open and release are never called. A direct write invalidates the kernel's cached
+writes come with the inode as the handle, and open and release are never called. A
+direct write invalidates the kernel's cached
 pages of the range it writes, so other handles and mappings stay coherent; the one
 cost is that a direct handle cannot be mapped MAP_SHARED (ENODEV). With
 writeback_cache and nodirect_writes the kernel gathers writes into requests of up to

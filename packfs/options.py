@@ -43,7 +43,7 @@ class Options:
     drain: int = 8                     # queued requests read back to back before the loop yields
     prefetch: bool = True              # a file's first xattr read starts the disk read of its data
     dircache: bool = True              # directories open without a request; the kernel caches listings
-    filecache: bool = True             # files open without a request; the kernel keeps their pages
+    filecache: bool = True             # files open without a request (no OPEN, no RELEASE)
     xattrs_in_memory: bool = True      # off: checkpointed xattr values are read from the catalog
     debug: bool = False                # log every request
 
