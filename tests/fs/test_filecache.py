@@ -1,7 +1,7 @@
 """Zero-message open (option filecache, packfs/fuseshim.py) on a real mount.
 
 The point is fewer FUSE requests: an open of an existing file sends no OPEN, its close no
-RELEASE, and a file read again is answered from the kernel's cache. The promise is that
+RELEASE, and a file read again is still answered from the kernel's cache. The promise is that
 nothing else changes: O_TRUNC still truncates, writes through such a handle are read
 back at once and reach the log without a release, root's writes keep set-ID bits and
 others' take them, and nofilecache brings the requests back.
