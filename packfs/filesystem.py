@@ -210,10 +210,11 @@ class Filesystem:
 
     async def write(self, fh: int, offset: int, data: bytes) -> int:
         node = self._handle(fh)
-        privileged = bool(fh & ROOT_WRITER) if fh & INODE_HANDLE else fh in self.privileged
+        by_inode = bool(fh & INODE_HANDLE)
+        privileged = bool(fh & ROOT_WRITER) if by_inode else fh in self.privileged
         self.ns.remove_privileges(node, setid=not privileged)
         written = await self.journal.reclaiming(self.wb.write, node, offset, data)
-        if fh & INODE_HANDLE and node.opens == 0 and node.wbuf is not None:
+        if by_inode and node.opens == 0 and node.wbuf is not None:
             self.wb.flush(node)  # no release will come for this handle
         return written
 
