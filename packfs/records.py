@@ -26,6 +26,7 @@ BLOCK = 4096
 HEADER = struct.Struct("<4sBBHQQQIII")
 _CRC = struct.Struct("<I")
 HEADER_SIZE = HEADER.size + _CRC.size  # 48
+_ZEROS = memoryview(bytes(BLOCK))  # padding: shared, never written to
 
 Payload = Union[bytes, bytearray, memoryview]
 
@@ -57,15 +58,21 @@ def footprint(payload_length: int) -> int:
     return -(-(HEADER_SIZE + payload_length) // BLOCK) * BLOCK
 
 
-def encode(rtype: int, seq: int, ino: int, offset: int, parts: Sequence[Payload], pack_id: int) -> bytes:
-    """The record's bytes, padded to its footprint: the payload is the parts in order,
-    copied once, here."""
+def encode(rtype: int, seq: int, ino: int, offset: int, parts: Sequence[Payload], pack_id: int) -> list[Payload]:
+    """The record as buffers to write back to back: its header, the payload's parts
+    themselves (not copied: the log writer hands them to one pwritev), and the padding to
+    its footprint. Joining them here cost a copy of every byte written on the event loop
+    (~30 us per 64 KiB on these machines). The parts must not change until written."""
     n = crc = 0
     for p in parts:
         n += len(p)
         crc = crc32(p, crc)
     head = HEADER.pack(MAGIC, rtype, 0, 0, seq, ino, offset, n, crc, pack_id)
-    return b"".join((head, _CRC.pack(crc32(head)), *parts, bytes(footprint(n) - HEADER_SIZE - n)))
+    out = [head + _CRC.pack(crc32(head)), *parts]
+    pad = footprint(n) - HEADER_SIZE - n
+    if pad:
+        out.append(_ZEROS[:pad])
+    return out
 
 
 def decode_header(buf: bytes, pack_id: int) -> Header:

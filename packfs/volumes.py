@@ -57,7 +57,8 @@ class _Queued:
     ticket: int
     volume: int
     offset: int
-    data: bytes
+    parts: list[records.Payload]  # the record's buffers (records.encode), back to back
+    size: int
     sync: bool
 
 
@@ -96,7 +97,7 @@ class Volumes:
         self._syncs_in_hand = 0  # of the batches submitted, those that end in a flush
         self._planned_volume = 0  # the volume of the last record submitted
         self._batching = 0  # inside batch(): the writer gets the records when it ends
-        self._inflight: dict[tuple[int, int], bytes] = {}
+        self._inflight: dict[tuple[int, int], list[records.Payload]] = {}  # records not yet written
         self._next_ticket = 1
         self._written = 0
         self._synced = 0
@@ -315,23 +316,24 @@ class Volumes:
         vol, off = self.active, self.tail
         if rtype == records.META:
             offset = self._last_meta_end.get(vol, 0)
-        data = records.encode(rtype, self.seq, ino, offset, payload, self.pack_id)
+        parts = records.encode(rtype, self.seq, ino, offset, payload, self.pack_id)
+        size = sum(map(len, parts))
         self.seq += 1
-        self.tail += len(data)
+        self.tail += size
         if self.tail > self.allocated:
             # A commit bigger than the space prepared for metadata: the record extends the
             # volume itself, and zeros must never be written over it, now or later.
             with self._zero_lock:
                 self._fence = min(self._fence, off)
             self.allocated = self.tail
-        self.appended += len(data)
+        self.appended += size
         if rtype == records.META:
             self._last_meta_end[vol] = self.tail
         ticket = self._next_ticket
         self._next_ticket += 1
-        self._submit(_Queued(ticket, vol, off, data, sync))
-        self._inflight[(vol, off)] = data
-        self.queued_bytes += len(data)
+        self._submit(_Queued(ticket, vol, off, parts, size, sync))
+        self._inflight[(vol, off)] = parts
+        self.queued_bytes += size
         if self._room() < PREALLOC_AHEAD - PREALLOC_STEP and self.allocated < self._limit:
             # Refill a step at a time: refilling from half empty wrote ~36 MiB of zeros
             # and their flushes in one burst, and the commits of that moment paid for it
@@ -352,7 +354,7 @@ class Volumes:
             flush_coming = self._syncs_in_hand or any(q.sync for q in self._pending)
             if not flush_coming and self._written >= ticket:
                 # Nothing will flush on its own: ask for a flush after what is queued.
-                self._submit(_Queued(0, self.active, -1, b"", True))
+                self._submit(_Queued(0, self.active, -1, [], 0, True))
             await self._progress.wait()
         if self.broken and self._synced < ticket:
             raise FsError(errno.EIO, "write to the backing disk failed")
@@ -408,7 +410,10 @@ class Volumes:
             if q.volume != self._planned_volume and self._planned_volume:
                 ops.append((self.fd(self._planned_volume), -1, None))
             self._planned_volume = q.volume
-            ops.append((self.fd(q.volume), q.offset, q.data))
+            fd, pos = self.fd(q.volume), q.offset
+            for part in q.parts:  # contiguous: the writer makes them one pwritev
+                ops.append((fd, pos, part))
+                pos += len(part)
         sync = any(q.sync for q in batch)
         return ops, self.fd(self._planned_volume or self.active) if sync else -1
 
@@ -518,14 +523,14 @@ class Volumes:
         for q in batch:
             if q.offset >= 0:
                 self._inflight.pop((q.volume, q.offset), None)
-                self.queued_bytes -= len(q.data)
+                self.queued_bytes -= q.size
         if not self.broken:
             tickets = [q.ticket for q in batch if q.ticket]
             if tickets:
                 self._written = max(self._written, max(tickets))
             if any(q.sync for q in batch):
                 self._synced = self._written
-                ends = [(q.volume, q.offset + len(q.data)) for q in batch if q.offset >= 0]
+                ends = [(q.volume, q.offset + q.size) for q in batch if q.offset >= 0]
                 if ends:
                     self.durable_pos = max(self.durable_pos, max(ends))
         self._progress.set()
@@ -537,7 +542,7 @@ class Volumes:
         """The verified payload of a DATA record; EIO if it is corrupt."""
         queued = self._inflight.get((volume, offset))
         if queued is not None:
-            return queued[records.HEADER_SIZE: records.HEADER_SIZE + length]
+            return b"".join(queued)[records.HEADER_SIZE: records.HEADER_SIZE + length]
         k = (volume, offset)
         while (loading := self._loading.get(k)) is not None:
             await loading.wait()  # kernel readahead asks for one record many times at once

@@ -10,7 +10,7 @@ PACK = 0x1234ABCD
 
 @pytest.mark.parametrize("payload", [b"", b"x", b"y" * (4096 - 48), b"z" * (4096 - 47), bytes(range(256)) * 4000])
 def test_round_trip_and_block_alignment(payload):
-    raw = records.encode(records.DATA, 77, 42, 1 << 40, [payload], PACK)
+    raw = b"".join(records.encode(records.DATA, 77, 42, 1 << 40, [payload], PACK))
     assert len(raw) % records.BLOCK == 0
     assert len(raw) == records.footprint(len(payload)) >= records.HEADER_SIZE + len(payload)
     h = records.decode_header(raw, PACK)
@@ -32,12 +32,12 @@ def test_footprints():
 
 
 def test_meta_type():
-    raw = records.encode(records.META, 1, 0, 8192, [b"meta"], PACK)
+    raw = b"".join(records.encode(records.META, 1, 0, 8192, [b"meta"], PACK))
     assert records.decode_header(raw, PACK).rtype == records.META
 
 
 def test_payload_crc_mismatch():
-    raw = bytearray(records.encode(records.DATA, 1, 2, 0, [b"hello world"], PACK))
+    raw = bytearray(b"".join(records.encode(records.DATA, 1, 2, 0, [b"hello world"], PACK)))
     raw[records.HEADER_SIZE + 3] ^= 0x40
     h = records.decode_header(bytes(raw), PACK)  # the header is still fine
     with pytest.raises(records.RecordError, match="checksum"):
@@ -45,7 +45,7 @@ def test_payload_crc_mismatch():
 
 
 def test_short_payload():
-    raw = records.encode(records.DATA, 1, 2, 0, [b"hello world"], PACK)
+    raw = b"".join(records.encode(records.DATA, 1, 2, 0, [b"hello world"], PACK))
     h = records.decode_header(raw, PACK)
     with pytest.raises(records.RecordError):
         records.check_payload(h, raw[records.HEADER_SIZE:records.HEADER_SIZE + 5])
@@ -53,7 +53,7 @@ def test_short_payload():
 
 @pytest.mark.parametrize("pos", range(0, 48, 3))
 def test_header_bit_flip_detected(pos):
-    raw = bytearray(records.encode(records.DATA, 5, 6, 7, [b"payload"], PACK))
+    raw = bytearray(b"".join(records.encode(records.DATA, 5, 6, 7, [b"payload"], PACK)))
     raw[pos] ^= 0x01
     with pytest.raises(records.RecordError):
         records.decode_header(bytes(raw), PACK)
@@ -61,7 +61,7 @@ def test_header_bit_flip_detected(pos):
 
 @pytest.mark.parametrize("cut", [0, 1, 20, 44, 47])
 def test_torn_header(cut):
-    raw = records.encode(records.DATA, 5, 6, 7, [b"payload"], PACK)
+    raw = b"".join(records.encode(records.DATA, 5, 6, 7, [b"payload"], PACK))
     with pytest.raises(records.RecordError):
         records.decode_header(raw[:cut], PACK)
 
@@ -72,20 +72,27 @@ def test_zeros_are_not_a_record():
 
 
 def test_record_of_another_pack():
-    raw = records.encode(records.DATA, 1, 2, 3, [b"x"], PACK + 1)
+    raw = b"".join(records.encode(records.DATA, 1, 2, 3, [b"x"], PACK + 1))
     with pytest.raises(records.RecordError, match="another pack"):
         records.decode_header(raw, PACK)
 
 
 def test_unknown_type():
-    raw = records.encode(99, 1, 2, 3, [b"x"], PACK)
+    raw = b"".join(records.encode(99, 1, 2, 3, [b"x"], PACK))
     with pytest.raises(records.RecordError, match="type"):
         records.decode_header(raw, PACK)
 
 
 def test_parts_make_the_same_record_as_their_join():
     parts = [b"abc", memoryview(b"0123456789")[2:7], bytearray(b"\x00\xff" * 3000), b""]
-    raw = records.encode(records.DATA, 3, 4, 5, parts, PACK)
-    assert raw == records.encode(records.DATA, 3, 4, 5, [b"".join(parts)], PACK)
+    raw = b"".join(records.encode(records.DATA, 3, 4, 5, parts, PACK))
+    assert raw == b"".join(records.encode(records.DATA, 3, 4, 5, [b"".join(parts)], PACK))
     h = records.decode_header(raw, PACK)
     records.check_payload(h, raw[records.HEADER_SIZE:records.HEADER_SIZE + h.length])
+
+
+def test_the_payload_is_passed_by_reference_not_copied():
+    payload = bytes(65536)
+    out = records.encode(records.DATA, 1, 2, 0, [payload], PACK)
+    assert out[1] is payload
+    assert sum(map(len, out)) == records.footprint(len(payload))

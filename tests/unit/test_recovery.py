@@ -218,7 +218,7 @@ def test_garbage_after_the_tail_is_cut(packdir):
         # Right after the last commit: a torn record header, then junk, as a crash
         # in the middle of an append leaves them.
         f.seek(end)
-        f.write(records.encode(records.DATA, 999, 5, 0, [b"x" * 10000], 1)[:30] + b"\xde\xad" * 3000)
+        f.write(b"".join(records.encode(records.DATA, 999, 5, 0, [b"x" * 10000], 1))[:30] + b"\xde\xad" * 3000)
     p = open_pack(packdir)
     try:
         assert (p.volumes.active, p.volumes.tail) == (active, end)
