@@ -275,8 +275,8 @@ static PyObject *Writer_submit(Writer *w, PyObject *args) {
     *w->queued_tail = b;
     w->queued_tail = &b->next;
     w->in_hand++;
-    pthread_cond_signal(&w->wake);
     pthread_mutex_unlock(&w->lock);
+    pthread_cond_signal(&w->wake); /* after the unlock: the woken thread does not block on the lock we hold */
     Py_RETURN_NONE;
 }
 
