@@ -16,7 +16,10 @@
  *   readdirplus  gets the directory's inode number as its file handle: without opendir
  *                the kernel sends handle 0, and pyfuse3 passes handlers the handle, not
  *                the inode. (packfs's own opendir returns the inode as the handle too;
- *                its fsyncdir needs no handle.)
+ *                its fsyncdir needs no handle.) And the request that follows a listing's
+ *                last entry is answered here, empty, when packfs noted that offset as the
+ *                listing's end (packfs_shim_note_end): the kernel learns a listing has
+ *                ended only from an empty reply, one more round trip per directory.
  *   open         (filecache) answers ENOSYS at once, in C, when the kernel supports
  *                that (FUSE_CAP_NO_OPEN_SUPPORT): the kernel then opens every file
  *                without OPEN or RELEASE, with FOPEN_KEEP_CACHE. Files create() made
@@ -43,6 +46,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -131,9 +135,26 @@ static void opendir_enosys(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
         next_opendir(req, ino, fi);
 }
 
+/* Listing ends packfs noted, by directory (a few slots: a walk lists one directory at a
+ * time per reader). Touched only on the event loop's thread, where pyfuse3 processes every
+ * request and packfs calls packfs_shim_note_end. */
+#define END_SLOTS 64
+static struct {
+    fuse_ino_t ino; /* 0: free */
+    off_t off;      /* the offset just past the listing's last entry */
+} ends[END_SLOTS];
+static unsigned long long ends_answered;
+
 static void readdirplus_by_inode(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                                  struct fuse_file_info *fi)
 {
+    unsigned slot = ino % END_SLOTS;
+    if (off != 0 && ends[slot].ino == ino && ends[slot].off == off) {
+        ends[slot].ino = 0;
+        ends_answered++;
+        fuse_reply_buf(req, NULL, 0);
+        return;
+    }
     fi->fh = ino;
     next_readdirplus(req, ino, size, off, fi);
 }
@@ -145,6 +166,7 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
     if (next == NULL)
         return NULL;
     installed = zero_message = zero_open = 0;
+    memset(ends, 0, sizeof ends);
     init_seen = init_offers = init_answered = killpriv = 0;
     int dircache = want_dircache && op->opendir && op->readdirplus;
     int filecache = want_filecache && op->open && op->read && op->write && op->write_buf;
@@ -228,6 +250,25 @@ void packfs_shim_enable(int dircache, int filecache, int kill_priv)
 int packfs_shim_installed(void)
 {
     return installed;
+}
+
+/* packfs's readdir gave the kernel every entry of a listing of `ino`, the last with
+ * `off` as the offset to resume at: a readdir from there is the listing's end. */
+void packfs_shim_note_end(uint64_t ino, int64_t off)
+{
+    unsigned slot = ino % END_SLOTS;
+    ends[slot].ino = ino;
+    ends[slot].off = off;
+}
+
+unsigned long long packfs_shim_ends_answered(void)
+{
+    return ends_answered;
+}
+
+int packfs_shim_answers_listing_ends(void)
+{
+    return installed && ops.readdirplus == readdirplus_by_inode;
 }
 
 int packfs_shim_zero_message_opendir(void)

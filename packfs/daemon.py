@@ -128,6 +128,10 @@ class Daemon:
             return 1
         pack.write_pid(lock_fd)
         ops.watch_queue(_fuse_fd())
+        if fuseshim.answers_listing_ends():
+            ops.note_listing_end = fuseshim.note_end
+            if self.drain:
+                self.drain.on_read = ops.busypoll.touch  # the ends answered in C keep the loop polling
         if not fuseshim.loaded():
             log.warning("the fuse shim library is not built: directories are opened by a FUSE request, and "
                         "cached writes ask the kernel's getxattr before each write (see fuseshim.py)")
@@ -154,6 +158,7 @@ class Daemon:
                         "zero_message_opendir": fuseshim.zero_message_opendir(),
                         "zero_message_open": fuseshim.zero_message_open(),
                         "killpriv_v2": fuseshim.killpriv(), "listings_open": len(ops.listings),
+                        "listing_ends_answered_in_shim": fuseshim.ends_answered(),
                         "fuse_waits_skipped": self.drain.skipped if self.drain else 0,
                         "device": fs.volumes.timings.report()}
             if command == "sync":

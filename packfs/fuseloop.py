@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import select
 import types
+from typing import Callable
 
 import pyfuse3
 import trio
@@ -85,8 +86,12 @@ class Drain:
         self.run = 0  # requests read in a row without yielding
         self.skipped = 0  # waits answered by poll(0) (`packfs stats`: fuse_waits_skipped)
         self._polls: dict[int, select.poll] = {}
+        # Called each time a task comes for the next request, so also after one the fuse
+        # shim answered in C, which no handler sees (the busy poll's window starts there).
+        self.on_read: Callable[[], None] = lambda: None
 
     async def wait_readable(self, fd: int) -> None:
+        self.on_read()
         poll = self._polls.get(fd)
         if poll is None:
             poll = self._polls[fd] = select.poll()

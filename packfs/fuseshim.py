@@ -21,6 +21,12 @@ no request context). No OPEN carries O_TRUNC then, so the library takes
 ATOMIC_O_TRUNC out of libfuse's INIT answer and the kernel sends it as a SETATTR. A
 handle create() returns is opened and released as before.
 
+Listing ends (with dircache): the kernel learns that a listing has ended only from an
+empty readdir reply, so every directory listed costs a second READDIRPLUS, half the
+requests of a replicator's walk. When packfs's readdir has given the kernel a listing's
+last entry it notes the offset it handed out with it (`note_end`), and the library
+answers the readdir from that offset itself, empty, without a Python handler.
+
 HANDLE_KILLPRIV_V2 (always asked for): the kernel's cached write path (writeback_cache,
 or a handle without direct I/O) asks getxattr("security.capability") before every
 write() unless the filesystem takes set-ID bits and capabilities itself, which libfuse
@@ -50,6 +56,10 @@ def _load() -> ctypes.CDLL | None:
 
 
 _lib = _load()
+if _lib is not None:
+    _lib.packfs_shim_note_end.argtypes = [ctypes.c_uint64, ctypes.c_int64]
+    _lib.packfs_shim_note_end.restype = None
+    _lib.packfs_shim_ends_answered.restype = ctypes.c_ulonglong
 
 
 def enable(dircache: bool, filecache: bool, killpriv: bool = True) -> None:
@@ -85,3 +95,20 @@ def killpriv() -> bool:
     """Whether the kernel of the last FUSE session left set-ID bits and file capabilities
     to packfs (HANDLE_KILLPRIV_V2; known once the kernel's INIT was answered)."""
     return _lib is not None and bool(_lib.packfs_shim_killpriv())
+
+
+def answers_listing_ends() -> bool:
+    """Whether the last FUSE session's readdir goes through the library, which then answers
+    the readdir after a listing's noted end (see note_end)."""
+    return _lib is not None and bool(_lib.packfs_shim_answers_listing_ends())
+
+
+def note_end(directory: int, offset: int) -> None:
+    """The kernel was given the last entry of a listing of `directory`, with `offset` to
+    resume at: the library answers a readdir from there, empty (once)."""
+    _lib.packfs_shim_note_end(directory, offset)  # type: ignore[union-attr]
+
+
+def ends_answered() -> int:
+    """Readdir requests the library answered as a listing's end (they reach no handler)."""
+    return int(_lib.packfs_shim_ends_answered()) if _lib is not None else 0

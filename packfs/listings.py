@@ -5,7 +5,8 @@ carries the snapshot's number and the entry's index, so a reader resumes in the
 snapshot it started in, whatever other readers of the directory do in between: with
 zero-message opendir (fuseshim.py) readdir is given no handle of its own, only the
 directory. The last KEEP snapshots are kept (and no more than KEEP_ENTRIES entries in all
-but the newest one's), and one is dropped once read to its end. A reader whose snapshot
+but the newest one's), and one is dropped once read to its end (or once its last entry
+went out, when the fuse shim answers the end). A reader whose snapshot
 was dropped resumes at the same index of a fresh listing (under a new number), which is
 exact while the directory is unchanged (the kernel, which caches listings, starts again
 from 0 when a directory has changed).
@@ -49,6 +50,13 @@ class Listings:
             del self._snapshots[number]  # read to its end
             self._entries -= len(entries)
         return number, entries, start
+
+    def finish(self, number: int) -> None:
+        """Drop a snapshot whose end the kernel will hear without asking here (the fuse
+        shim answers it: fuseshim.note_end)."""
+        kept = self._snapshots.pop(number, None)
+        if kept is not None:
+            self._entries -= len(kept[1])
 
     @staticmethod
     def offset(number: int, index: int) -> int:

@@ -86,6 +86,9 @@ class Operations(pyfuse3.Operations):
         self._attr_timeout = fs.options.attr_timeout
         self._direct_writes = fs.options.direct_writes
         self.listings = Listings(fs.ns.listdir)
+        # Set by the daemon when the fuse shim answers the readdir after a listing's end
+        # (fuseshim.note_end): called with the directory and the offset handed out last.
+        self.note_listing_end: Callable[[int, int], None] | None = None
 
     def watch_queue(self, fuse_fd: int | None) -> None:
         """Where requests wait for the loop: alone() looks at it."""
@@ -214,6 +217,7 @@ class Operations(pyfuse3.Operations):
         parent = fh  # the directory's inode (see opendir)
         number, entries, start = self.listings.resume(parent, start_id)
         ns = self.fs.ns
+        last = 0  # the offset handed out with the last entry given
         for i in range(start, len(entries)):
             name, ino = entries[i]
             if ns.dirent(parent, name) != ino:
@@ -222,6 +226,13 @@ class Operations(pyfuse3.Operations):
             if not pyfuse3.readdir_reply(token, name, self.attrs(node), Listings.offset(number, i + 1)):
                 break
             node.lookups += 1  # readdirplus: the kernel took a reference to each entry
+            last = Listings.offset(number, i + 1)
+        else:
+            if last and self.note_listing_end is not None:
+                # The kernel resumes at `last` only to hear that the listing has ended: the
+                # shim answers that, and the snapshot is done with.
+                self.note_listing_end(parent, last)
+                self.listings.finish(number)
 
     @_op
     async def releasedir(self, fh: int) -> None:

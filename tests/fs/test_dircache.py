@@ -27,14 +27,16 @@ def test_directories_open_without_a_request_and_listings_are_cached(mnt):
     assert "directories    open without a request" in _shown(mnt)
     for i in range(50):
         write_file(mnt / f"f{i}", b"")
-    before = requests_served(mnt)
+    before, ends_before = requests_served(mnt), stats(mnt)["listing_ends_answered_in_shim"]
     first = sorted(os.listdir(mnt))
-    middle = requests_served(mnt)
+    middle, ends_middle = requests_served(mnt), stats(mnt)["listing_ends_answered_in_shim"]
     for _ in range(20):
         assert sorted(os.listdir(mnt)) == first
-    after = requests_served(mnt)
-    assert _grown(before, middle, "readdir") >= 2  # the listing and the empty reply that ends it
+    after, ends_after = requests_served(mnt), stats(mnt)["listing_ends_answered_in_shim"]
+    assert _grown(before, middle, "readdir") == 1  # the listing; the shim answered the empty reply that ends it
+    assert ends_middle - ends_before == 1
     assert _grown(middle, after, "readdir") == 0  # twenty more listings, all from the kernel's cache
+    assert ends_after == ends_middle
     for op in ("opendir", "releasedir"):
         assert _grown(before, after, op) == 0
 
@@ -85,6 +87,39 @@ def test_interleaved_readers_of_one_directory_see_every_entry_once(mnt):
         assert set(s) == names | {"other"}
 
 
+def test_a_long_listing_is_read_in_several_replies_and_ends_in_the_shim(mnt):
+    names = {f"entry-{i:04d}-{'y' * 60}" for i in range(3000)}
+    os.mkdir(mnt / "d")
+    for n in names:
+        write_file(mnt / "d" / n, b"")
+    before, ends_before = requests_served(mnt), stats(mnt)["listing_ends_answered_in_shim"]
+    listed = os.listdir(mnt / "d")
+    after = stats(mnt)
+    assert len(listed) == len(set(listed)) and set(listed) == names
+    assert _grown(before, requests_served(mnt), "readdir") > 1  # several replies of entries...
+    assert after["listing_ends_answered_in_shim"] - ends_before == 1  # ...and one end, answered in C
+    assert after["listings_open"] == 0  # the snapshot went with its last entry
+
+
+def test_entries_removed_during_a_listing_are_not_shown_and_the_listing_ends(mnt):
+    names = [f"entry-{i:04d}-{'z' * 60}" for i in range(3000)]
+    os.mkdir(mnt / "d")
+    for n in names:
+        write_file(mnt / "d" / n, b"")
+    seen = []
+    ends_before = stats(mnt)["listing_ends_answered_in_shim"]
+    with os.scandir(mnt / "d") as it:
+        for e in it:
+            seen.append(e.name)
+            if len(seen) == 50:  # the first replies are in; remove the names listed last
+                for n in names[-700:]:
+                    os.unlink(mnt / "d" / n)
+    assert stats(mnt)["listing_ends_answered_in_shim"] - ends_before == 1  # after the last entry not removed
+    assert len(seen) == len(set(seen))
+    assert set(names[:-700]) <= set(seen) <= set(names)
+    assert sorted(os.listdir(mnt / "d")) == sorted(names[:-700])
+
+
 def test_fsync_of_a_directory_commits_without_opendir(tmp_path, packdir):
     m = tmp_path / "mnt"
     with mounted(packdir, m):
@@ -117,3 +152,5 @@ def test_without_dircache_directories_are_opened_by_request(tmp_path, packdir):
         after = requests_served(m)
         assert _grown(before, after, "opendir") == 3
         assert _grown(before, after, "releasedir") == 3
+        assert _grown(before, after, "readdir") == 6  # each listing, and the empty reply that ends it
+        assert stats(m)["listing_ends_answered_in_shim"] == 0

@@ -92,3 +92,17 @@ def test_snapshots_left_unfinished_hold_a_bounded_number_of_entries():
     assert read(ls, 9, off, len(big) * 8)[0] == [n for n, _ in big * 8][3:]
     assert len(ls) == 1 and read(ls, 9, Listings.offset(off >> 32, len(big) * 8), 1)[0] == []
     assert len(ls) == 0 and ls.held == 0
+
+
+def test_a_finished_snapshot_is_dropped_and_its_end_read_from_a_fresh_listing():
+    d = Dirs()
+    d.entries[7] = [(b"a", 10), (b"b", 11)]
+    ls = Listings(d.listdir)
+    number, entries, start = ls.resume(7, 0)
+    assert (len(ls), ls.held) == (1, 2)
+    ls.finish(number)  # its last entry went out: the fuse shim answers the end
+    assert (len(ls), ls.held) == (0, 0)
+    ls.finish(number)  # twice is harmless
+    # Should the end still come here, a fresh listing serves it: empty while unchanged.
+    assert read(ls, 7, Listings.offset(number, 2), 5)[0] == []
+    assert d.listed == 2
