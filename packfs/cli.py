@@ -217,6 +217,8 @@ def format_stats(s: dict) -> str:
         f"{s['busy_poll_turns']:,} busy-polling turns",
         "directories    " + ("open without a request; the kernel caches their listings"
                             if s["zero_message_opendir"] else "opened by a FUSE request each (no fuse shim)"),
+        f"listing ends   {s['listing_ends_answered_in_shim']:>12,}   readdirs after a listing's last entry, "
+        "answered by the fuse shim (no handler: not in the table below)",
         "files          " + ("open without a request (no OPEN or RELEASE; files create makes still have both)"
                             if s["zero_message_open"] else "opened by a FUSE request each"),
         "set-ID bits    " + ("taken by packfs on write, truncate and chown (the kernel asks no getxattr per write)"

@@ -25,6 +25,7 @@ def _grown(before: dict[str, int], after: dict[str, int], op: str) -> int:
 def test_directories_open_without_a_request_and_listings_are_cached(mnt):
     assert stats(mnt)["zero_message_opendir"] is True
     assert "directories    open without a request" in _shown(mnt)
+    assert "listing ends" in _shown(mnt)
     for i in range(50):
         write_file(mnt / f"f{i}", b"")
     before, ends_before = requests_served(mnt), stats(mnt)["listing_ends_answered_in_shim"]
