@@ -10,9 +10,9 @@ opened by a request (nofilecache), use direct I/O (option direct_writes): each w
 is one request, and nothing is cached that a small Swift object would not read back.
 With filecache (fuseshim.py) an existing file opens without a request: its reads and
 writes come with the inode as the handle, and open and release are never called. A
-direct write invalidates the kernel's cached
-pages of the range it writes, so other handles and mappings stay coherent; the one
-cost is that a direct handle cannot be mapped MAP_SHARED (ENODEV). With
+direct write invalidates the kernel's cached pages of the range it writes, so other
+handles and mappings stay coherent; the one cost is that a direct handle cannot be
+mapped MAP_SHARED (ENODEV). With
 writeback_cache and nodirect_writes the kernel gathers writes into requests of up to
 1 MiB instead (large objects; see the README), and asks getxattr("security.capability")
 once per file rather than before every write, because the fuse shim takes
