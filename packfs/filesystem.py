@@ -129,7 +129,6 @@ class Filesystem:
             if not node.is_reg:
                 raise FsError(errno.EINVAL)
             self.wb.truncate(node, change.size)
-            node.mtime = now
         if change.mode is not None:
             node.mode = stat.S_IFMT(node.mode) | stat.S_IMODE(change.mode)
         if change.uid is not None:
@@ -140,11 +139,12 @@ class Filesystem:
             self.ns.remove_privileges(node, setid=not privileged)
         if (change.uid is not None or change.gid is not None) and not node.is_dir:
             self.ns.remove_privileges(node, setid=True)  # a chown takes them even from root
-        if change.atime is not None:
-            node.atime = change.atime
-        if change.mtime is not None:
-            node.mtime = change.mtime
-        node.ctime = change.ctime if change.ctime is not None else now
+        atime, mtime, _ = node.times()
+        if change.size is not None:
+            mtime = now
+        node.set_times(atime if change.atime is None else change.atime,
+                       mtime if change.mtime is None else change.mtime,
+                       now if change.ctime is None else change.ctime)
         self.ns.touch(node)
         return node
 
@@ -188,7 +188,7 @@ class Filesystem:
         if truncate and node.is_reg:
             if node.size:
                 self.wb.truncate(node, 0)
-                node.mtime = node.ctime = time.time_ns()
+                node.modified(time.time_ns())
                 self.ns.touch(node)
             self.ns.remove_privileges(node, setid=not privileged)
         node.opens += 1

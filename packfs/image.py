@@ -39,16 +39,19 @@ from .inodes import InodeTable
 log = logging.getLogger(__name__)
 
 FILENAME = "namespace.img"
-VERSION = 4
+VERSION = 5
 _MAGIC = b"PKFSIMG\0"
 # magic, version, flags, token, the catalog stamp (volume, offset, seq, next_ino), slots, live inodes
 _HEADER = struct.Struct("<8sIIQ4QQQ")
 _CRC = struct.Struct("<I")
 _SECTION = struct.Struct("<QI")  # payload length, CRC-32 of the payload
 _KEEP_XATTRS = 1  # flag: every xattr value is in the image (xattrs_in_memory)
-_MARSHAL_VERSION = 4
+_MARSHAL_VERSION = 5
 # The saved columns, in file order; the lookup counts belong to a running mount only.
 COLUMNS = tuple(c for c in inodes.COLUMNS if c not in inodes.RUNTIME_COLUMNS)
+# Columns a table may have made wider, and to what: owners past OWNERS_NARROW; whole times
+# (see inodes.OFFSET_TIMES).
+_WIDER = {"owner": "I", "atime": "q", "ctime": "q"}
 
 
 # The catalog's checkpoint position and next_ino when the image was taken: a catalog
@@ -112,8 +115,8 @@ def _sections(table: InodeTable, slots: int) -> Iterator[bytes | memoryview]:
     packed = {d: e.dump() for d, e in table.dirs.items() if type(e) is PackedEntries}
     dicts = {d: e for d, e in table.dirs.items() if type(e) is dict}
     yield marshal.dumps((names.free_lists(), packed, dicts), _MARSHAL_VERSION)
-    yield marshal.dumps((table.rdev, table.target, table.extents, table.owners, table.wide_nlink, table.wide_size),
-                        _MARSHAL_VERSION)
+    yield marshal.dumps((table.rdev, table.target, table.extents, table.owners, table.wide_nlink, table.wide_size,
+                         table.wide_atime, table.wide_ctime), _MARSHAL_VERSION)
     yield memoryview(xblobs.data)
     yield marshal.dumps(xblobs.free_lists(), _MARSHAL_VERSION)
 
@@ -175,10 +178,11 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
     table.keep_xattrs = keep_xattrs
     for name in COLUMNS:
         column = array(getattr(table, name).typecode)
-        if name == "owner":  # u16, or u32 in a table with many owners: the length tells
+        wider = _WIDER.get(name)
+        if wider:  # the length tells which
             payload = r.section()
-            if len(payload) == 2 * slots * column.itemsize:
-                column = array("I")
+            if len(payload) == slots * array(wider).itemsize:
+                column = array(wider)
             column.frombytes(r.section_payload(payload, slots * column.itemsize))
         else:
             column.frombytes(r.section(slots * column.itemsize))
@@ -193,8 +197,8 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
         table.dirs.update((d, PackedEntries.restore(e)) for d, e in packed.items())
     except (ValueError, TypeError) as e:
         raise ImageError(f"its directory entries do not decode: {e}") from None
-    table.rdev, table.target, table.extents, owners, table.wide_nlink, table.wide_size = \
-        r.unmarshal((dict, dict, dict, list, dict, dict))
+    (table.rdev, table.target, table.extents, owners, table.wide_nlink, table.wide_size, table.wide_atime,
+     table.wide_ctime) = r.unmarshal((dict, dict, dict, list, dict, dict, dict, dict))
     try:
         table.set_owners(owners)
     except (ValueError, TypeError) as e:

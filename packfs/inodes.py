@@ -3,7 +3,7 @@
 A Swift object is three inodes (suffix directory, hash directory, .data file), and a
 million objects are three million inodes. As Python objects they cost about 600 B each
 (the object, its boxed integers, a dict slot); as a slot in these columns they cost
-60 B. Names and xattr values are strings in arenas (arena.py), referred to from
+52 B. Names and xattr values are strings in arenas (arena.py), referred to from
 columns. Rare or variable-sized fields (device numbers, symlink targets, extent maps,
 entries of directories with several names) live in dicts keyed by inode number.
 Xattr values are kept in memory too, unless `keep_xattrs` is off: then they stay in the
@@ -17,6 +17,7 @@ largest number of inodes ever live at once, not as the number ever created.
 from __future__ import annotations
 
 import itertools
+import logging
 import operator
 import stat
 import struct
@@ -27,6 +28,8 @@ from . import extents as ext
 from .arena import Arena
 from .dirents import PACKED_MAX, PackedEntries, name_of, pack_small, small_get, small_items, stored_name
 from .xattrblob import compressed, compressible, is_compressed, iter_xattrs, pack_xattrs, plain, unpack_xattrs
+
+log = logging.getLogger(__name__)
 
 ROOT = 1
 
@@ -54,14 +57,14 @@ _DECODED_MAX = 64  # inodes whose xattrs are kept decoded: a Swift GET reads the
 XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swift's: ~50 B)
 
 # Each column's array typecode. Inode numbers (parent, kid) are below INO_MAX, so u32;
-# a mode fits u16. A slot is 60 B, and a byte of `xcat`. `kid` and `kname` hold a
+# a mode fits u16. A slot is 52 B, and a byte of `xcat`. `kid` and `kname` hold a
 # directory's one entry, and a regular file's one whole record (as `rlen` and `rec`): no
 # inode needs both, so they share the columns. `owner` numbers a (uid, gid) pair in
 # `owners`: a disk's files have a handful of owners (Swift's: one). It is u16 until a
 # table has more than OWNERS_NARROW pairs, then u32.
 # `nlink`, `lookups` and `size` are narrower than their values may be (see NARROW_TOPS).
 COLUMNS = {"mode": "H", "owner": "H", "nlink": "H", "parent": "I", "kid": "I",
-           "lookups": "H", "size": "I", "atime": "q", "mtime": "q", "ctime": "q", "kname": "q",
+           "lookups": "H", "size": "I", "atime": "I", "mtime": "q", "ctime": "I", "kname": "q",
            "xat": "q"}
 # A value at or past its narrow column's top is kept in the table's `wide_<column>` dict,
 # and the column holds the top: files of 4 GiB or more, directories with more than
@@ -71,6 +74,18 @@ NARROW_TOPS = {"nlink": 0xFFFF, "lookups": 0xFFFF, "size": 0xFFFFFFFF}
 _NLINK_TOP, _SIZE_TOP = NARROW_TOPS["nlink"], NARROW_TOPS["size"]
 RUNTIME_COLUMNS = ("lookups",)  # what only a running mount has: never saved
 OWNERS_NARROW = 1 << 16
+# `atime` and `ctime` hold offsets in ns from `mtime`, atime's before it and ctime's after,
+# as u32 where whole times take 8 B each. A Swift object's inodes are made, written and
+# renamed within milliseconds, and a directory's mtime and ctime change together. A time
+# whose offset does not fit, 4.29 s or more (set by utime, a chown of an old tree, a
+# directory changed long after it was made), is kept whole in `wide_atime` or
+# `wide_ctime`, and the column holds TIME_WIDE. Such an entry costs ~120 B, so once more
+# than one slot in WHOLE_TIMES_AFTER has one, the column holds whole times instead ("q"):
+# until then the entries cost at most ~3 B a slot, less than the 4 B the offsets save.
+OFFSET_TIMES = {"atime": -1, "ctime": 1}  # the sign of each column's offset from mtime
+TIME_WIDE = 0xFFFFFFFF
+WHOLE_TIMES_AFTER = 40
+_WIDE_TIMES_MIN = 1024  # ... and more than this many (a small table stays as it is)
 INO_MAX = (1 << 32) - 1  # inode numbers stay below this (numbers are reused, so it bounds live inodes)
 SMALL = INO_MAX  # `kid` of a directory whose entries are one string in the names arena
 _IFMT = 0o170000  # the file type bits of a mode
@@ -141,6 +156,8 @@ class InodeTable:
         self.lookups = array(COLUMNS["lookups"])
         self.wide_nlink: dict[int, int] = {}
         self.wide_size: dict[int, int] = {}
+        self.wide_atime: dict[int, int] = {}
+        self.wide_ctime: dict[int, int] = {}
         self.wide_lookups: dict[int, int] = {}
         self.opens: dict[int, int] = {}
         self.wbuf: dict[int, Any] = {}
@@ -257,7 +274,7 @@ class InodeTable:
         self.set_narrow("nlink", ino, 2 if stat.S_ISDIR(mode) else 1)
         self.set_narrow("size", ino, 0)
         self.parent[ino] = 0
-        self.atime[ino] = self.mtime[ino] = self.ctime[ino] = now
+        self.set_times(ino, now, now, now)
         self.xcat[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
         self.live += 1
 
@@ -275,7 +292,7 @@ class InodeTable:
         self.mode[ino], self.owner[ino] = mode, self.owner_of(uid, gid)
         self.set_narrow("nlink", ino, nlink)
         self.set_narrow("size", ino, size)
-        self.atime[ino], self.mtime[ino], self.ctime[ino] = atime, mtime, ctime
+        self.set_times(ino, atime, mtime, ctime)
         self.parent[ino] = parent
         self._set_sparse(self.rdev, ino, rdev)
         self._set_sparse(self.target, ino, target)
@@ -289,15 +306,22 @@ class InodeTable:
         field only says whether the catalog holds any (1 or 0): the values stay there."""
         self.grow(top)
         mode, nlink, owner, owner_of = self.mode, self.nlink, self.owner, self.owner_of
-        size, atime, mtime, ctime, parent = self.size, self.atime, self.mtime, self.ctime, self.parent
+        size, mtime, parent = self.size, self.mtime, self.parent
+        offsets = self.atime.typecode == self.ctime.typecode == "I"
+        atime, ctime = self.atime, self.ctime
         rdevs, targets, extents, xcat, rec, rlen = self.rdev, self.target, self.extents, self.xcat, self.rec, self.rlen
         xat, add = self.xat, (self.xblobs.adder() if self.keep_xattrs else None)
         one, unpack = _EXTENT.size, _EXTENT.unpack
         n = 0
         pair, number = (0, 0), 0  # the last owner seen: rows come in runs of one owner
-        for ino, mode[ino], uid, gid, links, length, atime[ino], mtime[ino], ctime[ino], \
-                rdev, target, x, e, parent[ino] in rows:
+        for ino, mode[ino], uid, gid, links, length, a, m, c, rdev, target, x, e, parent[ino] in rows:
             n += 1
+            if offsets and 0 <= m - a < TIME_WIDE and 0 <= c - m < TIME_WIDE:
+                atime[ino], mtime[ino], ctime[ino] = m - a, m, c - m
+            else:
+                self.set_times(ino, a, m, c)
+                atime, ctime = self.atime, self.ctime  # (whole times now, perhaps)
+                offsets = atime.typecode == ctime.typecode == "I"
             if links < _NLINK_TOP and length < _SIZE_TOP:
                 nlink[ino], size[ino] = links, length
             else:
@@ -352,14 +376,66 @@ class InodeTable:
             nlink = self.wide_nlink[ino]
         if size == _SIZE_TOP:
             size = self.wide_size[ino]
-        return (self.mode[ino], nlink, uid, gid, self.rdev.get(ino, 0),
-                size, self.atime[ino], self.mtime[ino], self.ctime[ino])
+        return (self.mode[ino], nlink, uid, gid, self.rdev.get(ino, 0), size, *self.times(ino))
+
+    def times(self, ino: int) -> tuple[int, int, int]:
+        """(atime, mtime, ctime), in ns."""
+        m, a, c = self.mtime[ino], self.atime[ino], self.ctime[ino]
+        if self.atime.typecode == "I":
+            a = m - a if a != TIME_WIDE else self.wide_atime[ino]
+        if self.ctime.typecode == "I":
+            c = m + c if c != TIME_WIDE else self.wide_ctime[ino]
+        return a, m, c
+
+    def set_times(self, ino: int, atime: int, mtime: int, ctime: int) -> None:
+        """Set all three times (atime's and ctime's offsets are from mtime)."""
+        self.mtime[ino] = mtime
+        self._set_offset_time("atime", ino, atime, mtime - atime)
+        self._set_offset_time("ctime", ino, ctime, ctime - mtime)
+
+    def modified(self, ino: int, now: int) -> None:
+        """Contents or entries changed: mtime and ctime become now (every write: kept short)."""
+        atime, ctime, mtime = self.atime, self.ctime, self.mtime
+        if atime.typecode == ctime.typecode == "I" and ctime[ino] != TIME_WIDE:
+            lag = atime[ino]
+            if lag != TIME_WIDE:
+                lag += now - mtime[ino]  # now - atime
+                if 0 <= lag < TIME_WIDE:
+                    atime[ino], mtime[ino], ctime[ino] = lag, now, 0
+                    return
+        self.set_times(ino, self.times(ino)[0], now, now)
+
+    def _set_offset_time(self, name: str, ino: int, value: int, offset: int) -> None:
+        column = getattr(self, name)
+        if column.typecode == "q":
+            column[ino] = value
+            return
+        wide = getattr(self, "wide_" + name)
+        if 0 <= offset < TIME_WIDE:
+            if column[ino] == TIME_WIDE:
+                wide.pop(ino, None)  # (a freed slot's entry is gone already)
+            column[ino] = offset
+            return
+        wide[ino] = value
+        column[ino] = TIME_WIDE
+        if len(wide) > max(_WIDE_TIMES_MIN, len(column) // WHOLE_TIMES_AFTER):
+            self._whole_times(name)
+
+    def _whole_times(self, name: str) -> None:
+        """Make an offset column hold whole times: too many of its times are wide."""
+        offsets, wide = getattr(self, name), getattr(self, "wide_" + name)
+        whole = array("q", map(operator.sub if OFFSET_TIMES[name] < 0 else operator.add, self.mtime, offsets))
+        for ino, value in wide.items():
+            whole[ino] = value
+        setattr(self, name, whole)
+        wide.clear()
+        log.info("%s: %d slots, too many times apart from mtime: whole times from now on", name, len(whole))
 
     def row(self, ino: int) -> InodeRow:
         mode = self.mode[ino]
         uid, gid = self.owners[self.owner[ino]]
         return (ino, mode, uid, gid, self.get_narrow("nlink", ino), self.get_narrow("size", ino),
-                self.atime[ino], self.mtime[ino], self.ctime[ino], self.rdev.get(ino, 0),
+                *self.times(ino), self.rdev.get(ino, 0),
                 self.target.get(ino), self.packed_xattrs(ino),
                 self.packed_extents(ino) if stat.S_ISREG(mode) else None, self.parent[ino])
 
@@ -372,7 +448,8 @@ class InodeTable:
         self.xblobs.release(self.xat[ino])
         self.mode[ino] = self.xcat[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
         self.set_narrow("lookups", ino, 0)
-        for sparse in (self.rdev, self.target, self._fetched, self.extents, self.opens, self.wbuf):
+        for sparse in (self.rdev, self.target, self._fetched, self.extents, self.opens, self.wbuf,
+                       self.wide_atime, self.wide_ctime):
             sparse.pop(ino, None)
         self.free.append(ino)
         self.live -= 1
@@ -673,9 +750,46 @@ class Inode:
         self.t.owner[self.ino] = self.t.owner_of(self.uid, value)
     nlink = _narrow("nlink", "link count")
     size = _narrow("size", "size in bytes")
-    atime = _column("atime", "access time, ns")
-    mtime = _column("mtime", "modification time, ns")
-    ctime = _column("ctime", "change time, ns")
+    @property
+    def atime(self) -> int:
+        """access time, ns"""
+        return self.t.times(self.ino)[0]
+
+    @atime.setter
+    def atime(self, value: int) -> None:
+        _, m, c = self.t.times(self.ino)
+        self.t.set_times(self.ino, value, m, c)
+
+    @property
+    def mtime(self) -> int:
+        """modification time, ns"""
+        return self.t.mtime[self.ino]
+
+    @mtime.setter
+    def mtime(self, value: int) -> None:
+        a, _, c = self.t.times(self.ino)
+        self.t.set_times(self.ino, a, value, c)
+
+    @property
+    def ctime(self) -> int:
+        """change time, ns"""
+        return self.t.times(self.ino)[2]
+
+    @ctime.setter
+    def ctime(self, value: int) -> None:
+        a, m, _ = self.t.times(self.ino)
+        self.t.set_times(self.ino, a, m, value)
+
+    def times(self) -> tuple[int, int, int]:
+        """(atime, mtime, ctime), in ns."""
+        return self.t.times(self.ino)
+
+    def set_times(self, atime: int, mtime: int, ctime: int) -> None:
+        self.t.set_times(self.ino, atime, mtime, ctime)
+
+    def modified(self, now: int) -> None:
+        """Contents or entries changed: mtime and ctime become now."""
+        self.t.modified(self.ino, now)
     parent = _column("parent", "a directory's parent (for ..)")
     rdev = _sparse("rdev", 0, "device number of a special file")
     target = _sparse("target", None, "a symlink's target")

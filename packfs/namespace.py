@@ -208,13 +208,13 @@ class Namespace:
 
     def _link_entry(self, d: Inode, name: bytes, node: Inode, now: int) -> None:
         d.set_child(name, node.ino)
-        d.mtime = d.ctime = now
+        d.modified(now)
         self._touch(d)
         self._touch_dirent(d.ino, name)
 
     def _unlink_entry(self, d: Inode, name: bytes, now: int) -> None:
         d.del_child(name)
-        d.mtime = d.ctime = now
+        d.modified(now)
         self._touch(d)
         self._touch_dirent(d.ino, name)
 
@@ -359,7 +359,7 @@ class Namespace:
         od.set_child(old_name, dst.ino)
         nd.set_child(new_name, src.ino)
         for d, name in ((od, old_name), (nd, new_name)):
-            d.mtime = d.ctime = now
+            d.modified(now)
             self._touch(d)
             self._touch_dirent(d.ino, name)
         if od != nd and src.is_dir != dst.is_dir:

@@ -125,7 +125,7 @@ class WriteBehind:
         self._hold(buf)
         self.dirty_bytes += grown
         node.size = max(node.size, offset + len(data))
-        node.mtime = node.ctime = time.time_ns()
+        node.modified(time.time_ns())
         self.ns.touch(node)
         if buf.size >= self.chunk_size:
             self._flush_chunks(node)
