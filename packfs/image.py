@@ -50,8 +50,8 @@ _MARSHAL_VERSION = 5
 # The saved columns, in file order; the lookup counts belong to a running mount only.
 COLUMNS = tuple(c for c in inodes.COLUMNS if c not in inodes.RUNTIME_COLUMNS)
 # Columns a table may have made wider, and to what: owners past OWNERS_NARROW; whole times
-# (see inodes.OFFSET_TIMES).
-_WIDER = {"owner": "I", "atime": "q", "ctime": "q"}
+# (see inodes.OFFSET_TIMES); xattr references past 32 GiB of values.
+_WIDER = {"owner": "I", "atime": "q", "ctime": "q", "xat": "q"}
 
 
 # The catalog's checkpoint position and next_ino when the image was taken: a catalog
@@ -192,7 +192,7 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
     table.xcat = bytearray(r.section(slots))
     names = r.section()
     free, packed, table.dirs = r.unmarshal((dict, dict, dict))
-    table.names = _arena(table.names.grain, names, free)
+    table.names = _arena(table.names, names, free)
     try:
         table.dirs.update((d, PackedEntries.restore(e)) for d, e in packed.items())
     except (ValueError, TypeError) as e:
@@ -204,7 +204,7 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
     except (ValueError, TypeError) as e:
         raise ImageError(f"its owners do not decode: {e}") from None
     blobs = r.section()
-    table.xblobs = _arena(table.xblobs.grain, blobs, *r.unmarshal((dict,)))
+    table.xblobs = _arena(table.xblobs, blobs, *r.unmarshal((dict,)))
     if live != slots - table.mode.count(0):
         raise ImageError("its columns do not agree with its header")
     if r.pos != len(r.view):
@@ -213,9 +213,10 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
     return table
 
 
-def _arena(grain: int, data: memoryview, free: dict) -> Arena:
+def _arena(like: Arena, data: memoryview, free: dict) -> Arena:
+    """An arena of like's kind and grain, restored from its section and free lists."""
     try:
-        return Arena.restore(grain, data, free)
+        return type(like).restore(like.grain, data, free)
     except (ValueError, TypeError) as e:
         raise ImageError(f"an arena does not decode: {e}") from None
 

@@ -3,7 +3,7 @@
 A Swift object is three inodes (suffix directory, hash directory, .data file), and a
 million objects are three million inodes. As Python objects they cost about 600 B each
 (the object, its boxed integers, a dict slot); as a slot in these columns they cost
-52 B. Names and xattr values are strings in arenas (arena.py), referred to from
+48 B. Names and xattr values are strings in arenas (arena.py), referred to from
 columns. Rare or variable-sized fields (device numbers, symlink targets, extent maps,
 entries of directories with several names) live in dicts keyed by inode number.
 Xattr values are kept in memory too, unless `keep_xattrs` is off: then they stay in the
@@ -25,7 +25,7 @@ from array import array
 from typing import Any, Callable, Iterable, Iterator
 
 from . import extents as ext
-from .arena import Arena
+from .arena import Arena, CountedArena
 from .dirents import PACKED_MAX, PackedEntries, name_of, pack_small, small_get, small_items, stored_name
 from .xattrblob import compressed, compressible, is_compressed, iter_xattrs, pack_xattrs, plain, unpack_xattrs
 
@@ -57,21 +57,23 @@ _DECODED_MAX = 64  # inodes whose xattrs are kept decoded: a Swift GET reads the
 XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swift's: ~50 B)
 
 # Each column's array typecode. Inode numbers (parent, kid) are below INO_MAX, so u32;
-# a mode fits u16. A slot is 52 B, and a byte of `xcat`. `kid` and `kname` hold a
+# a mode fits u16. A slot is 48 B, and a byte of `xcat`. `kid` and `kname` hold a
 # directory's one entry, and a regular file's one whole record (as `rlen` and `rec`): no
 # inode needs both, so they share the columns. `owner` numbers a (uid, gid) pair in
 # `owners`: a disk's files have a handful of owners (Swift's: one). It is u16 until a
-# table has more than OWNERS_NARROW pairs, then u32.
+# table has more than OWNERS_NARROW pairs, then u32. `xat` is a CountedArena reference:
+# u32 up to 32 GiB of xattr values, then i64.
 # `nlink`, `lookups` and `size` are narrower than their values may be (see NARROW_TOPS).
 COLUMNS = {"mode": "H", "owner": "H", "nlink": "H", "parent": "I", "kid": "I",
            "lookups": "H", "size": "I", "atime": "I", "mtime": "q", "ctime": "I", "kname": "q",
-           "xat": "q"}
+           "xat": "I"}
 # A value at or past its narrow column's top is kept in the table's `wide_<column>` dict,
 # and the column holds the top: files of 4 GiB or more, directories with more than
 # 65,532 subdirectories (a Swift objects directory on a disk of a big ring), inodes the
 # kernel took 65,535 references to. They are rare; the narrow columns save 8 B a slot.
 NARROW_TOPS = {"nlink": 0xFFFF, "lookups": 0xFFFF, "size": 0xFFFFFFFF}
 _NLINK_TOP, _SIZE_TOP = NARROW_TOPS["nlink"], NARROW_TOPS["size"]
+_XAT_TOP = 0xFFFFFFFF  # `xat` holds CountedArena references: u32, i64 past this
 RUNTIME_COLUMNS = ("lookups",)  # what only a running mount has: never saved
 OWNERS_NARROW = 1 << 16
 # `atime` and `ctime` hold offsets in ns from `mtime`, atime's before it and ctime's after,
@@ -137,7 +139,7 @@ class InodeTable:
         # a reference nor `xcat` has none, whatever the catalog has.
         self.keep_xattrs = True
         self.xat = array(COLUMNS["xat"])
-        self.xblobs = Arena(XATTR_GRAIN)
+        self.xblobs = CountedArena(XATTR_GRAIN)
         self.xcat = bytearray()  # 1 where the catalog holds the inode's xattrs (and `xat` is 0)
         self.fetch_xattrs: Callable[[int], bytes | None] = lambda ino: None  # from the catalog
         self._fetched: dict[int, bytes] = {}  # the last few values fetched (a GET reads them ~5 times)
@@ -335,7 +337,10 @@ class InodeTable:
                 if add is None:
                     xcat[ino] = 1
                 else:
-                    xat[ino] = add(x)
+                    ref = add(x)
+                    if ref > _XAT_TOP:
+                        xat = self._xat_for(ref)
+                    xat[ino] = ref
             if e:
                 if len(e) == one:
                     only = unpack(e)
@@ -523,6 +528,13 @@ class InodeTable:
         self._decoded[ino] = (x, p)
         return p
 
+    def _xat_for(self, ref: int) -> array:
+        """The `xat` column to store ref in: made i64 first if ref does not fit its u32
+        (past 32 GiB of xattr values in memory)."""
+        if ref > _XAT_TOP and self.xat.typecode == "I":
+            self.xat = array("q", self.xat)
+        return self.xat
+
     def xattrs_in_memory(self) -> int:
         """How many inodes have their xattr values in memory."""
         return len(self.xat) - self.xat.count(0)
@@ -530,7 +542,8 @@ class InodeTable:
     def set_xattrs(self, ino: int, packed: bytes | None) -> None:
         """An inode's new xattrs, held in memory (until a checkpoint writes them, unless keep_xattrs)."""
         old = self.xat[ino]
-        self.xat[ino] = self.xblobs.put(packed) if packed else 0
+        ref = self.xblobs.put(packed) if packed else 0
+        self._xat_for(ref)[ino] = ref
         self.xblobs.release(old)
         self.xcat[ino] = 0  # (no value hides whatever the catalog holds)
         self._fetched.pop(ino, None)
@@ -560,7 +573,9 @@ class InodeTable:
                 x = blobs.get(ref)
                 packed = compressed(x)
                 if packed is not x:
-                    xat[ino] = blobs.put(packed)
+                    new = blobs.put(packed)
+                    xat = self._xat_for(new)
+                    xat[ino] = new
                     blobs.release(ref)
         return bool(pending)
 

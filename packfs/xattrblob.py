@@ -34,7 +34,7 @@ import struct
 import zlib
 from typing import Iterator
 
-from .arena import MAX_LEN
+from .arena import COUNTED_MAX_LEN
 from .errors import FsError
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 _XHEAD = struct.Struct("<HI")
 _CRC = struct.Struct("<I")
 XATTR_COMPRESS_MIN = 128
-XATTRS_MAX = MAX_LEN  # all of one inode's xattrs, packed plain: they are one arena string
+XATTRS_MAX = COUNTED_MAX_LEN  # all of one inode's xattrs, packed plain: they are one arena string
 SWIFT_METADATA = b"user.swift.metadata"
 SWIFT_CHECKSUM = b"user.swift.metadata_checksum"
 _PICKLE_PROTOCOL = 2  # Swift's (diskfile.PICKLE_PROTOCOL)

@@ -1,6 +1,8 @@
 import pytest
 
-from packfs.arena import MAX_LEN, Arena
+from array import array
+
+from packfs.arena import COUNTED_MAX_LEN, MAX_LEN, Arena, CountedArena
 
 
 def test_strings_come_back_and_compare():
@@ -52,7 +54,6 @@ def test_restore_refuses_free_space_outside_the_arena():
 
 
 def test_compacted_copy_drops_the_free_space_and_keeps_every_string():
-    from array import array
     a = Arena(grain=16)
     refs = array("q", [0] * 6)
     bigs = []
@@ -65,3 +66,38 @@ def test_compacted_copy_drops_the_free_space_and_keeps_every_string():
     b, moved = a.compacted(refs)
     assert moved[0] == 0 and b.wasted() == 0 and len(b.data) == 5 * 16
     assert [b.get(r) for r in moved[1:]] == [a.get(r) for r in refs[1:]]
+
+
+@pytest.mark.parametrize("n, prefix", [(1, 1), (7, 1), (127, 1), (128, 2), (16383, 2), (16384, 3), (1 << 21, 4)])
+def test_counted_strings_carry_their_length_and_are_named_by_where_they_start(n, prefix):
+    """A counted arena's reference is the offset in grains plus one: a u32 for 32 GiB."""
+    a = CountedArena(grain=8)
+    first = a.put(b"a" * 3)  # 1 + 3 bytes: one grain
+    ref = a.put(b"x" * n)
+    assert (first, ref) == (1, 2)
+    assert a.get(ref) == b"x" * n and a.equals(ref, b"x" * n)
+    assert not a.equals(ref, b"x" * (n + 1)) and not a.equals(ref, b"y" + b"x" * (n - 1))
+    assert a.used == len(a.data) == 8 + -(-(prefix + n) // 8) * 8
+    a.release(ref)
+    assert a.put(b"z" * n) == ref and a.get(ref) == b"z" * n  # the freed run, by its size class
+    assert a.get(first) == b"aaa"
+
+
+def test_counted_arena_refuses_bad_lengths_and_restores_and_compacts():
+    a = CountedArena(grain=8)
+    with pytest.raises(ValueError):
+        a.put(b"")
+    with pytest.raises(ValueError):
+        a.put(bytes(COUNTED_MAX_LEN + 1))
+    refs = array("I", [0] + [a.put(b"%d" % i * (i * 9)) for i in range(1, 9)])
+    a.release(refs[3])
+    a.release(refs[6])
+    refs[3] = refs[6] = 0
+    b = CountedArena.restore(8, bytes(a.data), a.free_lists())
+    assert type(b) is CountedArena and b.used == a.used
+    assert [b.get(r) for r in refs if r] == [a.get(r) for r in refs if r]
+    c, moved = a.compacted(refs)
+    assert type(c) is CountedArena and c.wasted() == 0 and moved.typecode == "I"
+    assert moved[0] == moved[3] == moved[6] == 0
+    assert [c.get(r) for r in moved if r] == [a.get(r) for r in refs if r]
+    assert len(c.data) == a.used

@@ -9,7 +9,7 @@ from test_catalog import build
 from packfs import records
 from packfs.inodes import OWNERS_NARROW, ROOT, TIME_WIDE, WHOLE_TIMES_AFTER, Inode, InodeTable, pack_extents
 from packfs.namespace import Namespace
-from packfs.xattrblob import pack_xattrs
+from packfs.xattrblob import pack_xattrs, plain
 
 REG = stat.S_IFREG | 0o644
 DIR = stat.S_IFDIR | 0o755
@@ -330,14 +330,16 @@ def test_loaded_entries_take_their_final_form_at_once():
             assert t.names.wasted() == 0
 
 
-def test_a_slot_is_52_bytes_and_a_byte_of_xcat():
-    """What `packfs stats` reports as the inode columns: 53 B per slot, free and headroom too
-    (61 B once both time columns hold whole times)."""
+def test_a_slot_is_48_bytes_and_a_byte_of_xcat():
+    """What `packfs stats` reports as the inode columns: 49 B per slot, free and headroom too;
+    57 B once both time columns hold whole times, 61 B once `xat` is i64 too."""
     t = InodeTable()
     t.grow(5000)
-    assert len(t.mode) >= 5000 and t.column_bytes() == 53 * len(t.mode)
+    assert len(t.mode) >= 5000 and t.column_bytes() == 49 * len(t.mode)
     t._whole_times("atime")
     t._whole_times("ctime")
+    assert t.column_bytes() == 57 * len(t.mode)
+    t._xat_for(1 << 32)
     assert t.column_bytes() == 61 * len(t.mode)
 
 
@@ -417,3 +419,28 @@ def test_a_time_column_with_many_far_times_holds_whole_times(how):
     assert [t.row(r[0]) for r in rows] == rows
     Inode(t, ROOT).set_times(1, 2, 3)  # whole times take any value
     assert t.times(ROOT) == (1, 2, 3)
+
+
+@pytest.mark.parametrize("how", ["load_all", "set_xattrs", "compress_xattrs"])
+def test_xattr_references_past_u32_make_the_column_i64(monkeypatch, how):
+    """`xat` is u32 (references in 8 B grains: 32 GiB of values); a reference past that,
+    from any of the three places that store one, makes it i64 and keeps every value."""
+    monkeypatch.setattr("packfs.inodes._XAT_TOP", 1)  # the second blob's reference is past it
+    swift = pack_xattrs({b"user.swift.metadata": b"{'ETag': 'x', 'Content-Length': '4096'}" * 8}, compress=False)
+    t = InodeTable()
+    if how == "load_all":
+        t.load_all(iter(sample_rows()), 8)
+        expected = {r[0]: r[11] for r in sample_rows() if r[11]}
+    else:
+        t.put(5, REG, 0, 0, 1)
+        t.set_xattrs(5, swift)
+        expected = {5: swift}
+        if how == "set_xattrs":
+            t.put(6, REG, 0, 0, 1)
+            t.set_xattrs(6, pack_xattrs({b"user.a": b"b"}))
+            expected[6] = pack_xattrs({b"user.a": b"b"})
+        else:
+            assert t.xat.typecode == "I"
+            assert t.compress_xattrs() is False and t.xat[5] > 1
+    assert t.xat.typecode == "q"
+    assert {ino: t.plain_xattrs(ino) for ino in expected} == {ino: plain(x) for ino, x in expected.items()}
