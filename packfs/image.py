@@ -46,7 +46,7 @@ _HEADER = struct.Struct("<8sIIQ4QQQ")
 _CRC = struct.Struct("<I")
 _SECTION = struct.Struct("<QI")  # payload length, CRC-32 of the payload
 _KEEP_XATTRS = 1  # flag: every xattr value is in the image (xattrs_in_memory)
-_MARSHAL_VERSION = 5
+_MARSHAL_VERSION = 4
 # The saved columns, in file order; the lookup counts belong to a running mount only.
 COLUMNS = tuple(c for c in inodes.COLUMNS if c not in inodes.RUNTIME_COLUMNS)
 # Columns a table may have made wider, and to what: owners past OWNERS_NARROW; whole times

@@ -309,8 +309,8 @@ class InodeTable:
         self.grow(top)
         mode, nlink, owner, owner_of = self.mode, self.nlink, self.owner, self.owner_of
         size, mtime, parent = self.size, self.mtime, self.parent
-        offsets = self.atime.typecode == self.ctime.typecode == "I"
         atime, ctime = self.atime, self.ctime
+        offsets, whole = atime.typecode == ctime.typecode == "I", atime.typecode == ctime.typecode == "q"
         rdevs, targets, extents, xcat, rec, rlen = self.rdev, self.target, self.extents, self.xcat, self.rec, self.rlen
         xat, add = self.xat, (self.xblobs.adder() if self.keep_xattrs else None)
         one, unpack = _EXTENT.size, _EXTENT.unpack
@@ -320,10 +320,12 @@ class InodeTable:
             n += 1
             if offsets and 0 <= m - a < TIME_WIDE and 0 <= c - m < TIME_WIDE:
                 atime[ino], mtime[ino], ctime[ino] = m - a, m, c - m
+            elif whole:
+                atime[ino], mtime[ino], ctime[ino] = a, m, c
             else:
                 self.set_times(ino, a, m, c)
                 atime, ctime = self.atime, self.ctime  # (whole times now, perhaps)
-                offsets = atime.typecode == ctime.typecode == "I"
+                offsets, whole = atime.typecode == ctime.typecode == "I", atime.typecode == ctime.typecode == "q"
             if links < _NLINK_TOP and length < _SIZE_TOP:
                 nlink[ino], size[ino] = links, length
             else:

@@ -399,12 +399,14 @@ def test_times_are_offsets_from_mtime_and_far_ones_are_kept_whole():
 
 
 @pytest.mark.parametrize("how", ["load", "load_all"])
-def test_a_time_column_with_many_far_times_holds_whole_times(how):
+@pytest.mark.parametrize("chowned", [False, True])
+def test_a_time_column_with_many_far_times_holds_whole_times(how, chowned):
     """Directories changed long after they were made (a long-lived tree) spill their atimes;
-    past one in WHOLE_TIMES_AFTER slots the column holds whole times, every time unchanged."""
+    past one in WHOLE_TIMES_AFTER slots the column holds whole times, every time unchanged.
+    A chown of the old tree does the same to ctimes."""
     n = 8 * 1024  # above the smallest number that turns a column whole
     mtimes = [ino + (10**12 if ino % 4 == 0 else 5) for ino in range(ROOT, ROOT + n)]
-    rows = [(ino, DIR, 0, 0, 2, 0, ino, m, m + 7, 0, None, None, None, ROOT)
+    rows = [(ino, DIR, 0, 0, 2, 0, ino, m, m + (10**13 if chowned else 7), 0, None, None, None, ROOT)
             for ino, m in zip(range(ROOT, ROOT + n), mtimes)]
     t = InodeTable()
     if how == "load":
@@ -415,7 +417,10 @@ def test_a_time_column_with_many_far_times_holds_whole_times(how):
     far = n // 4
     assert far > len(t.mode) // WHOLE_TIMES_AFTER
     assert t.atime.typecode == "q" and not t.wide_atime
-    assert t.ctime.typecode == "I" and not t.wide_ctime and t.ctime[ROOT:ROOT + n] == array("I", [7] * n)
+    if chowned:
+        assert t.ctime.typecode == "q" and not t.wide_ctime
+    else:
+        assert t.ctime.typecode == "I" and not t.wide_ctime and t.ctime[ROOT:ROOT + n] == array("I", [7] * n)
     assert [t.row(r[0]) for r in rows] == rows
     Inode(t, ROOT).set_times(1, 2, 3)  # whole times take any value
     assert t.times(ROOT) == (1, 2, 3)
