@@ -263,8 +263,8 @@ class Filesystem:
             "dirty_bytes": self.wb.dirty_bytes,
             "xattr_values_in_memory": self.ns.table.xattrs_in_memory(),  # others are read from the catalog
             "column_bytes": t.column_bytes(),
-            "far_times": len(t.wide_atime) + len(t.wide_ctime),  # kept whole beside the offset columns
-            "whole_time_columns": [name for name in ("atime", "ctime") if getattr(t, name).typecode == "q"],
+            "far_ctimes": len(t.wide_ctime),  # kept whole beside the column of offsets from mtime
+            "whole_ctimes": t.ctime.typecode == "q",  # ... or the column holds whole times
             "arena_bytes": {"names": len(t.names.data), "xattrs": len(t.xblobs.data)},
             "arena_free_bytes": {"names": t.names.wasted(), "xattrs": t.xblobs.wasted()},
             "rss_bytes": rss, "rss_per_file": rss / max(1, files),

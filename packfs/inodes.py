@@ -3,7 +3,7 @@
 A Swift object is three inodes (suffix directory, hash directory, .data file), and a
 million objects are three million inodes. As Python objects they cost about 600 B each
 (the object, its boxed integers, a dict slot); as a slot in these columns they cost
-48 B. Names and xattr values are strings in arenas (arena.py), referred to from
+52 B. Names and xattr values are strings in arenas (arena.py), referred to from
 columns. Rare or variable-sized fields (device numbers, symlink targets, extent maps,
 entries of directories with several names) live in dicts keyed by inode number.
 Xattr values are kept in memory too, unless `keep_xattrs` is off: then they stay in the
@@ -57,7 +57,7 @@ _DECODED_MAX = 64  # inodes whose xattrs are kept decoded: a Swift GET reads the
 XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swift's: ~50 B)
 
 # Each column's array typecode. Inode numbers (parent, kid) are below INO_MAX, so u32;
-# a mode fits u16. A slot is 48 B, and a byte of `xcat`. `kid` and `kname` hold a
+# a mode fits u16. A slot is 52 B, and a byte of `xcat`. `kid` and `kname` hold a
 # directory's one entry, and a regular file's one whole record (as `rlen` and `rec`): no
 # inode needs both, so they share the columns. `owner` numbers a (uid, gid) pair in
 # `owners`: a disk's files have a handful of owners (Swift's: one). It is u16 until a
@@ -65,7 +65,7 @@ XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swi
 # u32 up to 32 GiB of xattr values, then i64.
 # `nlink`, `lookups` and `size` are narrower than their values may be (see NARROW_TOPS).
 COLUMNS = {"mode": "H", "owner": "H", "nlink": "H", "parent": "I", "kid": "I",
-           "lookups": "H", "size": "I", "atime": "I", "mtime": "q", "ctime": "I", "kname": "q",
+           "lookups": "H", "size": "I", "atime": "q", "mtime": "q", "ctime": "I", "kname": "q",
            "xat": "I"}
 # A value at or past its narrow column's top is kept in the table's `wide_<column>` dict,
 # and the column holds the top: files of 4 GiB or more, directories with more than
@@ -76,15 +76,15 @@ _NLINK_TOP, _SIZE_TOP = NARROW_TOPS["nlink"], NARROW_TOPS["size"]
 _XAT_TOP = 0xFFFFFFFF  # `xat` holds CountedArena references: u32, i64 past this
 RUNTIME_COLUMNS = ("lookups",)  # what only a running mount has: never saved
 OWNERS_NARROW = 1 << 16
-# `atime` and `ctime` hold offsets in ns from `mtime`, atime's before it and ctime's after,
-# as u32 where whole times take 8 B each. A Swift object's inodes are made, written and
-# renamed within milliseconds, and a directory's mtime and ctime change together. A time
-# whose offset does not fit, 4.29 s or more (set by utime, a chown of an old tree, a
-# directory changed long after it was made), is kept whole in `wide_atime` or
-# `wide_ctime`, and the column holds TIME_WIDE. Such an entry costs ~120 B, so once more
-# than one slot in WHOLE_TIMES_AFTER has one, the column holds whole times instead ("q"):
-# until then the entries cost at most ~3 B a slot, less than the 4 B the offsets save.
-OFFSET_TIMES = {"atime": -1, "ctime": 1}  # the sign of each column's offset from mtime
+# `ctime` holds the change time minus `mtime`, in ns, as u32 where a whole time takes 8 B:
+# a directory's mtime and ctime change together, and a Swift object's file is renamed
+# into place milliseconds after its last write. A ctime that does not fit, before its
+# mtime or 4.29 s or more after it (a utime, a chmod or chown of an old tree), is kept
+# whole in `wide_ctime`, and the column holds TIME_WIDE. Such an entry costs ~120 B, so
+# once more than one slot in WHOLE_TIMES_AFTER has one, the column holds whole times
+# instead ("q"): until then the entries cost at most ~3 B a slot, less than the 4 B the
+# offsets save. (atime is whole: a directory's stays at its making while its mtime moves
+# on, so in any tree that grows over minutes most would not fit.)
 TIME_WIDE = 0xFFFFFFFF
 WHOLE_TIMES_AFTER = 40
 _WIDE_TIMES_MIN = 1024  # ... and more than this many (a small table stays as it is)
@@ -158,7 +158,6 @@ class InodeTable:
         self.lookups = array(COLUMNS["lookups"])
         self.wide_nlink: dict[int, int] = {}
         self.wide_size: dict[int, int] = {}
-        self.wide_atime: dict[int, int] = {}
         self.wide_ctime: dict[int, int] = {}
         self.wide_lookups: dict[int, int] = {}
         self.opens: dict[int, int] = {}
@@ -310,7 +309,7 @@ class InodeTable:
         mode, nlink, owner, owner_of = self.mode, self.nlink, self.owner, self.owner_of
         size, mtime, parent = self.size, self.mtime, self.parent
         atime, ctime = self.atime, self.ctime
-        offsets, whole = atime.typecode == ctime.typecode == "I", atime.typecode == ctime.typecode == "q"
+        offsets = ctime.typecode == "I"
         rdevs, targets, extents, xcat, rec, rlen = self.rdev, self.target, self.extents, self.xcat, self.rec, self.rlen
         xat, add = self.xat, (self.xblobs.adder() if self.keep_xattrs else None)
         one, unpack = _EXTENT.size, _EXTENT.unpack
@@ -318,14 +317,15 @@ class InodeTable:
         pair, number = (0, 0), 0  # the last owner seen: rows come in runs of one owner
         for ino, mode[ino], uid, gid, links, length, a, m, c, rdev, target, x, e, parent[ino] in rows:
             n += 1
-            if offsets and 0 <= m - a < TIME_WIDE and 0 <= c - m < TIME_WIDE:
-                atime[ino], mtime[ino], ctime[ino] = m - a, m, c - m
-            elif whole:
-                atime[ino], mtime[ino], ctime[ino] = a, m, c
+            atime[ino], mtime[ino] = a, m
+            if not offsets:
+                ctime[ino] = c
+            elif 0 <= c - m < TIME_WIDE:
+                ctime[ino] = c - m
             else:
-                self.set_times(ino, a, m, c)
-                atime, ctime = self.atime, self.ctime  # (whole times now, perhaps)
-                offsets, whole = atime.typecode == ctime.typecode == "I", atime.typecode == ctime.typecode == "q"
+                self._set_ctime(ino, c, m)
+                ctime = self.ctime  # (whole times now, perhaps)
+                offsets = ctime.typecode == "I"
             if links < _NLINK_TOP and length < _SIZE_TOP:
                 nlink[ino], size[ino] = links, length
             else:
@@ -387,56 +387,52 @@ class InodeTable:
 
     def times(self, ino: int) -> tuple[int, int, int]:
         """(atime, mtime, ctime), in ns."""
-        m, a, c = self.mtime[ino], self.atime[ino], self.ctime[ino]
-        if self.atime.typecode == "I":
-            a = m - a if a != TIME_WIDE else self.wide_atime[ino]
+        m, c = self.mtime[ino], self.ctime[ino]
         if self.ctime.typecode == "I":
             c = m + c if c != TIME_WIDE else self.wide_ctime[ino]
-        return a, m, c
+        return self.atime[ino], m, c
 
     def set_times(self, ino: int, atime: int, mtime: int, ctime: int) -> None:
-        """Set all three times (atime's and ctime's offsets are from mtime)."""
+        """Set all three times (ctime's offset is from mtime)."""
+        self.atime[ino] = atime
         self.mtime[ino] = mtime
-        self._set_offset_time("atime", ino, atime, mtime - atime)
-        self._set_offset_time("ctime", ino, ctime, ctime - mtime)
+        self._set_ctime(ino, ctime, mtime)
 
     def modified(self, ino: int, now: int) -> None:
         """Contents or entries changed: mtime and ctime become now (every write: kept short)."""
-        atime, ctime, mtime = self.atime, self.ctime, self.mtime
-        if atime.typecode == ctime.typecode == "I" and ctime[ino] != TIME_WIDE:
-            lag = atime[ino]
-            if lag != TIME_WIDE:
-                lag += now - mtime[ino]  # now - atime
-                if 0 <= lag < TIME_WIDE:
-                    atime[ino], mtime[ino], ctime[ino] = lag, now, 0
-                    return
-        self.set_times(ino, self.times(ino)[0], now, now)
-
-    def _set_offset_time(self, name: str, ino: int, value: int, offset: int) -> None:
-        column = getattr(self, name)
-        if column.typecode == "q":
-            column[ino] = value
+        self.mtime[ino] = now
+        ctime = self.ctime
+        if ctime.typecode == "q":
+            ctime[ino] = now
             return
-        wide = getattr(self, "wide_" + name)
-        if 0 <= offset < TIME_WIDE:
+        if ctime[ino] == TIME_WIDE:
+            self.wide_ctime.pop(ino, None)
+        ctime[ino] = 0
+
+    def _set_ctime(self, ino: int, ctime: int, mtime: int) -> None:
+        column = self.ctime
+        if column.typecode == "q":
+            column[ino] = ctime
+            return
+        wide = self.wide_ctime
+        if 0 <= ctime - mtime < TIME_WIDE:
             if column[ino] == TIME_WIDE:
                 wide.pop(ino, None)  # (a freed slot's entry is gone already)
-            column[ino] = offset
+            column[ino] = ctime - mtime
             return
-        wide[ino] = value
+        wide[ino] = ctime
         column[ino] = TIME_WIDE
         if len(wide) > max(_WIDE_TIMES_MIN, len(column) // WHOLE_TIMES_AFTER):
-            self._whole_times(name)
+            self._whole_ctimes()
 
-    def _whole_times(self, name: str) -> None:
-        """Make an offset column hold whole times: too many of its times are wide."""
-        offsets, wide = getattr(self, name), getattr(self, "wide_" + name)
-        whole = array("q", map(operator.sub if OFFSET_TIMES[name] < 0 else operator.add, self.mtime, offsets))
-        for ino, value in wide.items():
+    def _whole_ctimes(self) -> None:
+        """Make `ctime` hold whole times: too many are far from their mtimes."""
+        whole = array("q", map(operator.add, self.mtime, self.ctime))
+        for ino, value in self.wide_ctime.items():
             whole[ino] = value
-        setattr(self, name, whole)
-        wide.clear()
-        log.info("%s: %d slots, too many times apart from mtime: whole times from now on", name, len(whole))
+        self.ctime = whole
+        self.wide_ctime.clear()
+        log.info("ctime: %d slots, too many times far from their mtimes: whole times from now on", len(whole))
 
     def row(self, ino: int) -> InodeRow:
         mode = self.mode[ino]
@@ -456,7 +452,7 @@ class InodeTable:
         self.mode[ino] = self.xcat[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
         self.set_narrow("lookups", ino, 0)
         for sparse in (self.rdev, self.target, self._fetched, self.extents, self.opens, self.wbuf,
-                       self.wide_atime, self.wide_ctime):
+                       self.wide_ctime):
             sparse.pop(ino, None)
         self.free.append(ino)
         self.live -= 1

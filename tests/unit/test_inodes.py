@@ -330,14 +330,13 @@ def test_loaded_entries_take_their_final_form_at_once():
             assert t.names.wasted() == 0
 
 
-def test_a_slot_is_48_bytes_and_a_byte_of_xcat():
-    """What `packfs stats` reports as the inode columns: 49 B per slot, free and headroom too;
-    57 B once both time columns hold whole times, 61 B once `xat` is i64 too."""
+def test_a_slot_is_52_bytes_and_a_byte_of_xcat():
+    """What `packfs stats` reports as the inode columns: 53 B per slot, free and headroom too;
+    57 B once `ctime` holds whole times, 61 B once `xat` is i64 too."""
     t = InodeTable()
     t.grow(5000)
-    assert len(t.mode) >= 5000 and t.column_bytes() == 49 * len(t.mode)
-    t._whole_times("atime")
-    t._whole_times("ctime")
+    assert len(t.mode) >= 5000 and t.column_bytes() == 53 * len(t.mode)
+    t._whole_ctimes()
     assert t.column_bytes() == 57 * len(t.mode)
     t._xat_for(1 << 32)
     assert t.column_bytes() == 61 * len(t.mode)
@@ -371,59 +370,59 @@ def test_values_past_a_narrow_columns_top_are_kept_whole():
     assert f.size == 0 and t.wide_size == {} and t.size[2] == 0
 
 
-def test_times_are_offsets_from_mtime_and_far_ones_are_kept_whole():
-    """atime and ctime are u32 offsets from mtime; a time too far from it (utime, a chown
-    of an old tree) is kept whole beside the column, exactly, until it is near again."""
+def test_ctime_is_an_offset_from_mtime_and_far_ones_are_kept_whole():
+    """ctime is a u32 offset from mtime; one too far from it (utime, a chown of an old
+    tree) is kept whole beside the column, exactly, until it is near again."""
     t = InodeTable()
     now = 1_700_000_000_123_456_789
     t.put(5, REG, 0, 0, now)
     node = Inode(t, 5)
     node.modified(now + 3_000_000)
     assert node.times() == (now, now + 3_000_000, now + 3_000_000)
-    assert (t.atime[5], t.ctime[5]) == (3_000_000, 0) and not t.wide_atime and not t.wide_ctime
-    far = [(0, 4_102_444_800_000_000_001, now),  # before the epoch and far future, as utime allows
+    assert t.ctime[5] == 0 and not t.wide_ctime
+    node.ctime = now + 3_000_005
+    assert t.ctime[5] == 5 and node.times() == (now, now + 3_000_000, now + 3_000_005)
+    far = [(0, 4_102_444_800_000_000_001, now),  # far future mtime, as utime allows
            (-5, now, now - 1),  # ctime before mtime
-           (now - TIME_WIDE, now, now + TIME_WIDE)]  # just past what fits, both ways
+           (7, now, now + TIME_WIDE)]  # just past what fits
     for times in far:
         node.set_times(*times)
         assert node.times() == t.times(5) == times and t.stat(5)[6:] == times and t.row(5)[6:9] == times
-        assert t.atime[5] == t.ctime[5] == TIME_WIDE and (t.wide_atime[5], t.wide_ctime[5]) == (times[0], times[2])
-    node.set_times(now - TIME_WIDE + 1, now, now + TIME_WIDE - 1)  # the farthest that fit
-    assert node.times() == (now - TIME_WIDE + 1, now, now + TIME_WIDE - 1)
-    assert not t.wide_atime and not t.wide_ctime
+        assert t.ctime[5] == TIME_WIDE and t.wide_ctime == {5: times[2]}
+    node.modified(now)  # a write: near again
+    assert node.times() == (7, now, now) and not t.wide_ctime
+    node.set_times(1, now, now + TIME_WIDE - 1)  # the farthest that fits
+    assert node.times() == (1, now, now + TIME_WIDE - 1) and not t.wide_ctime
     node.set_times(-1, now, -1)
     t.drop(5)
-    assert not t.wide_atime and not t.wide_ctime
+    assert not t.wide_ctime
     t.put(5, REG, 0, 0, now)  # the number reused: its slot says nothing of the old times
     assert t.times(5) == (now, now, now)
 
 
 @pytest.mark.parametrize("how", ["load", "load_all"])
 @pytest.mark.parametrize("chowned", [False, True])
-def test_a_time_column_with_many_far_times_holds_whole_times(how, chowned):
-    """Directories changed long after they were made (a long-lived tree) spill their atimes;
-    past one in WHOLE_TIMES_AFTER slots the column holds whole times, every time unchanged.
-    A chown of the old tree does the same to ctimes."""
-    n = 8 * 1024  # above the smallest number that turns a column whole
-    mtimes = [ino + (10**12 if ino % 4 == 0 else 5) for ino in range(ROOT, ROOT + n)]
-    rows = [(ino, DIR, 0, 0, 2, 0, ino, m, m + (10**13 if chowned else 7), 0, None, None, None, ROOT)
-            for ino, m in zip(range(ROOT, ROOT + n), mtimes)]
+def test_a_ctime_column_with_many_far_times_holds_whole_times(how, chowned):
+    """A chown of an old tree puts every ctime far from its mtime: past one in
+    WHOLE_TIMES_AFTER slots the column holds whole times, every time unchanged."""
+    n = 8 * 1024  # above the smallest number that turns the column whole
+    rows = [(ino, DIR, 0, 0, 2, 0, ino, ino + 5, ino + 5 + (10**13 if chowned and ino % 4 == 0 else 7), 0, None,
+             None, None, ROOT) for ino in range(ROOT, ROOT + n)]
     t = InodeTable()
     if how == "load":
         for row in rows:
             t.load(row)
     else:
         t.load_all(iter(rows), ROOT + n)
-    far = n // 4
-    assert far > len(t.mode) // WHOLE_TIMES_AFTER
-    assert t.atime.typecode == "q" and not t.wide_atime
     if chowned:
+        assert n // 4 > len(t.mode) // WHOLE_TIMES_AFTER
         assert t.ctime.typecode == "q" and not t.wide_ctime
     else:
         assert t.ctime.typecode == "I" and not t.wide_ctime and t.ctime[ROOT:ROOT + n] == array("I", [7] * n)
     assert [t.row(r[0]) for r in rows] == rows
-    Inode(t, ROOT).set_times(1, 2, 3)  # whole times take any value
-    assert t.times(ROOT) == (1, 2, 3)
+    Inode(t, ROOT).set_times(1, 2, 3)
+    Inode(t, ROOT + 1).modified(9)
+    assert t.times(ROOT) == (1, 2, 3) and t.times(ROOT + 1) == (ROOT + 1, 9, 9)
 
 
 @pytest.mark.parametrize("how", ["load_all", "set_xattrs", "compress_xattrs"])
