@@ -20,6 +20,8 @@ import operator
 from array import array
 from typing import Callable
 
+from . import varint
+
 LEN_BITS = 24
 MAX_LEN = (1 << LEN_BITS) - 1
 _LEN_MASK = MAX_LEN
@@ -141,10 +143,10 @@ class CountedArena(Arena):
     def put(self, value: bytes) -> int:
         if not 0 < len(value) <= COUNTED_MAX_LEN:
             raise ValueError(f"an arena string has 1 to {COUNTED_MAX_LEN} bytes, not {len(value)}")
-        return self._counted_ref(super().put(_length_prefix(len(value)) + value))
+        return self._counted_ref(super().put(varint.encode(len(value)) + value))
 
     def append(self, value: bytes) -> int:
-        return self._counted_ref(self._append(_length_prefix(len(value)) + value))
+        return self._counted_ref(self._append(varint.encode(len(value)) + value))
 
     def adder(self) -> Callable[[bytes], int]:
         return self.put if self.free else self.append
@@ -154,16 +156,8 @@ class CountedArena(Arena):
 
     def _span(self, ref: int) -> tuple[int, int]:
         """(offset, length) of the string `ref` names, its prefix left out."""
-        off = (ref - 1) * self.grain
-        data = self.data
-        n = shift = 0
-        while True:
-            b = data[off]
-            off += 1
-            n |= (b & 0x7F) << shift
-            if b < 0x80:
-                return off, n
-            shift += 7
+        n, off = varint.decode(self.data, (ref - 1) * self.grain)
+        return off, n
 
     def get(self, ref: int) -> bytes:
         off, n = self._span(ref)
@@ -190,18 +184,3 @@ class CountedArena(Arena):
 
 
 COUNTED_MAX_LEN = MAX_LEN - 4  # a string this long has a 4-byte prefix: the whole fits an Arena string
-
-
-def _length_prefix(n: int) -> bytes:
-    """n as LEB128: seven bits a byte, low first, the top bit set on all but the last."""
-    if n < 0x80:
-        return _ONE_BYTE[n]
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-_ONE_BYTE = [bytes((n,)) for n in range(0x80)]

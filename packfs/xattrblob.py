@@ -34,6 +34,7 @@ import struct
 import zlib
 from typing import Iterator
 
+from . import varint
 from .arena import COUNTED_MAX_LEN
 from .errors import FsError
 
@@ -95,26 +96,6 @@ _XZ_DICT_3 = _XZ_DICT_2 + (
     b'10846e804e7105a0ebf261886')
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _read_varint(b: bytes, pos: int) -> tuple[int, int]:
-    n = shift = 0
-    while True:
-        byte = b[pos]
-        pos += 1
-        n |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return n, pos
-        shift += 7
-
-
 # How the Swift form keeps a value, in the low two bits of its length: deflate's fixed
 # codes, all that pays for ~60 B, spend a byte on each hex digit or decimal digit.
 _RAW, _HEX, _STAMP = 0, 1, 2  # as it is; lowercase hex as its bytes; `<10>.<5>` digits as 7 bytes
@@ -124,14 +105,14 @@ _STAMP_INT = struct.Struct(">Q")
 
 def _value(v: bytes) -> bytes:
     if len(v) == 16 and v[10:11] == b"." and v[:10].isdigit() and v[11:].isdigit():
-        return _varint(7 << 2 | _STAMP) + _STAMP_INT.pack(int(v[:10] + v[11:]))[1:]
+        return varint.encode(7 << 2 | _STAMP) + _STAMP_INT.pack(int(v[:10] + v[11:]))[1:]
     if v and not len(v) % 2 and not v.translate(None, _HEX_DIGITS):
-        return _varint(len(v) // 2 << 2 | _HEX) + bytes.fromhex(v.decode())
-    return _varint(len(v) << 2 | _RAW) + v
+        return varint.encode(len(v) // 2 << 2 | _HEX) + bytes.fromhex(v.decode())
+    return varint.encode(len(v) << 2 | _RAW) + v
 
 
 def _read_value(b: bytes, pos: int) -> tuple[bytes, int]:
-    n, pos = _read_varint(b, pos)
+    n, pos = varint.decode(b, pos)
     kind, n = n & 3, n >> 2
     v, pos = b[pos:pos + n], pos + n
     if kind == _HEX:
@@ -144,14 +125,14 @@ def _read_value(b: bytes, pos: int) -> tuple[bytes, int]:
 
 def _items(d: dict[bytes, bytes]) -> bytes:
     """A dict of bytes as the Swift form stores it."""
-    return _varint(len(d)) + b"".join([_varint(len(k)) + k + _value(v) for k, v in d.items()])
+    return varint.encode(len(d)) + b"".join([varint.encode(len(k)) + k + _value(v) for k, v in d.items()])
 
 
 def _read_items(b: bytes, pos: int) -> tuple[dict[bytes, bytes], int]:
-    count, pos = _read_varint(b, pos)
+    count, pos = varint.decode(b, pos)
     d = {}
     for _ in range(count):
-        n, pos = _read_varint(b, pos)
+        n, pos = varint.decode(b, pos)
         k, pos = b[pos:pos + n], pos + n
         d[k], pos = _read_value(b, pos)
     return d, pos
