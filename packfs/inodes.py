@@ -719,6 +719,18 @@ def _sparse(name: str, default: Any, doc: str) -> property:
     return property(get, set_, doc=doc)
 
 
+def _time(which: int, doc: str) -> property:
+    """One of (atime, mtime, ctime): set together, since ctime is kept as an offset from mtime."""
+    def get(self: "Inode") -> int:
+        return self.t.times(self.ino)[which]
+
+    def set_(self: "Inode", value: int) -> None:
+        times = list(self.t.times(self.ino))
+        times[which] = value
+        self.t.set_times(self.ino, *times)
+    return property(get, set_, doc=doc)
+
+
 class Inode:
     """A view of one inode's slot. Two views of one inode are equal, not identical.
 
@@ -763,35 +775,9 @@ class Inode:
         self.t.owner[self.ino] = self.t.owner_of(self.uid, value)
     nlink = _narrow("nlink", "link count")
     size = _narrow("size", "size in bytes")
-    @property
-    def atime(self) -> int:
-        """access time, ns"""
-        return self.t.times(self.ino)[0]
-
-    @atime.setter
-    def atime(self, value: int) -> None:
-        _, m, c = self.t.times(self.ino)
-        self.t.set_times(self.ino, value, m, c)
-
-    @property
-    def mtime(self) -> int:
-        """modification time, ns"""
-        return self.t.mtime[self.ino]
-
-    @mtime.setter
-    def mtime(self, value: int) -> None:
-        a, _, c = self.t.times(self.ino)
-        self.t.set_times(self.ino, a, value, c)
-
-    @property
-    def ctime(self) -> int:
-        """change time, ns"""
-        return self.t.times(self.ino)[2]
-
-    @ctime.setter
-    def ctime(self, value: int) -> None:
-        a, m, _ = self.t.times(self.ino)
-        self.t.set_times(self.ino, a, m, value)
+    atime = _time(0, "access time, ns")
+    mtime = _time(1, "modification time, ns")
+    ctime = _time(2, "change time, ns")
 
     def times(self) -> tuple[int, int, int]:
         """(atime, mtime, ctime), in ns."""
