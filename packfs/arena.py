@@ -103,14 +103,17 @@ class Arena:
         references into it in the same order (0 stays 0). Each string must be named once.
         With `which`, only the references where it is nonzero name strings: the others
         are kept as they are."""
-        new, out = Arena(self.grain), array(refs.typecode, refs)
-        append, data = new.append, self.data
+        new, out = type(self)(self.grain), array(refs.typecode, refs)
+        append, data, span = new.append, self.data, self._span
         named = refs if which is None else map(operator.and_, which, map(bool, refs))
         for i in itertools.compress(range(len(refs)), named):
-            ref = refs[i]
-            off = ref >> LEN_BITS
-            out[i] = append(data[off:off + (ref & _LEN_MASK)])
+            off, n = span(refs[i])
+            out[i] = append(data[off:off + n])
         return new, out
+
+    def _span(self, ref: int) -> tuple[int, int]:
+        """(offset, length) of the string `ref` names."""
+        return ref >> LEN_BITS, ref & _LEN_MASK
 
     def free_lists(self) -> dict[int, bytes]:
         """The free lists in a marshal-friendly form (for the namespace image)."""
@@ -148,9 +151,6 @@ class CountedArena(Arena):
     def append(self, value: bytes) -> int:
         return self._counted_ref(self._append(varint.encode(len(value)) + value))
 
-    def adder(self) -> Callable[[bytes], int]:
-        return self.put if self.free else self.append
-
     def _counted_ref(self, ref: int) -> int:
         return (ref >> LEN_BITS) // self.grain + 1
 
@@ -172,15 +172,6 @@ class CountedArena(Arena):
             start = (ref - 1) * self.grain
             off, n = self._span(ref)
             super().release(start << LEN_BITS | (off - start + n))
-
-    def compacted(self, refs: array, which: bytes | None = None) -> tuple["Arena", array]:
-        new, out = CountedArena(self.grain), array(refs.typecode, refs)
-        append, data = new.append, self.data
-        named = refs if which is None else map(operator.and_, which, map(bool, refs))
-        for i in itertools.compress(range(len(refs)), named):
-            off, n = self._span(refs[i])
-            out[i] = append(data[off:off + n])
-        return new, out
 
 
 COUNTED_MAX_LEN = MAX_LEN - 4  # a string this long has a 4-byte prefix: the whole fits an Arena string
