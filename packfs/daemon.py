@@ -128,6 +128,7 @@ class Daemon:
             return 1
         pack.write_pid(lock_fd)
         ops.watch_queue(_fuse_fd())
+        ops.no_release = fuseshim.zero_message_open
         if fuseshim.answers_listing_ends():
             ops.note_listing_end = fuseshim.note_end
             if self.drain:

@@ -17,7 +17,7 @@ from . import records
 from .disk import Disk
 from .errors import FsError
 from .journal import Journal
-from .inodes import Inode
+from .inodes import Inode, InodeTable
 from .options import Options
 from .pack import Pack
 from .writeback import WriteBehind
@@ -28,6 +28,12 @@ from .writeback import WriteBehind
 # it is flushed at once.
 INODE_HANDLE = 1 << 63
 ROOT_WRITER = 1 << 62
+# With INODE_HANDLE: the handle create() gave while the kernel sends no release at all.
+# Once the kernel opens files without a request, it sends RELEASE for no file, those
+# create() opened included: a counted handle would hold its file (and its entry here)
+# until the mount ends, and an unlinked file's records with it. What is written through
+# it is buffered as through a counted handle: whole chunks go at once, the rest at a commit.
+CREATED = 1 << 61
 _WARMED_MAX = 64  # files whose records were prefetched lately, not asked for again
 
 
@@ -199,8 +205,13 @@ class Filesystem:
             self.privileged.add(fh)
         return fh
 
+    def created_handle(self, ino: int, privileged: bool) -> int:
+        """The handle of a file create() made while the kernel sends no release (see CREATED)."""
+        return INODE_HANDLE | CREATED | (ROOT_WRITER if privileged else 0) | ino
+
     def _handle(self, fh: int) -> Inode:
-        node = self.ns.find(fh & ~(INODE_HANDLE | ROOT_WRITER)) if fh & INODE_HANDLE else self.handles.get(fh)
+        node = self.ns.find(fh & ~(INODE_HANDLE | ROOT_WRITER | CREATED)) if fh & INODE_HANDLE \
+            else self.handles.get(fh)
         if node is None:
             raise FsError(errno.EBADF)
         return node
@@ -214,7 +225,7 @@ class Filesystem:
         privileged = bool(fh & ROOT_WRITER) if by_inode else fh in self.privileged
         self.ns.remove_privileges(node, setid=not privileged)
         written = await self.journal.reclaiming(self.wb.write, node, offset, data)
-        if by_inode and node.opens == 0 and node.wbuf is not None:
+        if by_inode and not fh & CREATED and node.opens == 0 and node.wbuf is not None:
             self.wb.flush(node)  # no release will come for this handle
         return written
 
@@ -263,6 +274,7 @@ class Filesystem:
             "dirty_bytes": self.wb.dirty_bytes,
             "xattr_values_in_memory": self.ns.table.xattrs_in_memory(),  # others are read from the catalog
             "column_bytes": t.column_bytes(),
+            "unlinked_in_use": _unlinked_in_use(t),
             "far_ctimes": len(t.wide_ctime),  # kept whole beside the column of offsets from mtime
             "whole_ctimes": t.ctime.typecode == "q",  # ... or the column holds whole times
             "arena_bytes": {"names": len(t.names.data), "xattrs": len(t.xblobs.data)},
@@ -274,6 +286,14 @@ class Filesystem:
             "uptime_seconds": round(time.time() - self.started, 1),
             "broken": os.strerror(v.broken) if v.broken else None,
         }
+
+
+def _unlinked_in_use(t: InodeTable) -> dict[str, int]:
+    """Files with no name left that are kept because an open handle or the kernel still
+    holds them (each goes at its last release or forget; a mount drops any left over)."""
+    held = t.nameless()
+    return {"open": sum(1 for ino in held if t.opens.get(ino)),
+            "kernel_only": sum(1 for ino in held if not t.opens.get(ino))}
 
 
 def _rss_bytes() -> int:

@@ -9,7 +9,9 @@ The handle create() returns, and handles that only write (O_WRONLY) where files 
 opened by a request (nofilecache), use direct I/O (option direct_writes): each write()
 is one request, and nothing is cached that a small Swift object would not read back.
 With filecache (fuseshim.py) an existing file opens without a request: its reads and
-writes come with the inode as the handle, and open and release are never called. A
+writes come with the inode as the handle, and open and release are never called. The
+kernel then sends no RELEASE for files create() opened either, so create() gives them
+a handle that names the inode too (filesystem.CREATED). A
 direct write invalidates the kernel's cached pages of the range it writes, so other
 handles and mappings stay coherent; the one cost is that a direct handle cannot be
 mapped MAP_SHARED (ENODEV). With
@@ -89,6 +91,9 @@ class Operations(pyfuse3.Operations):
         # Set by the daemon when the fuse shim answers the readdir after a listing's end
         # (fuseshim.note_end): called with the directory and the offset handed out last.
         self.note_listing_end: Callable[[int, int], None] | None = None
+        # Set by the daemon: whether the kernel sends no RELEASE for any file (it opens
+        # files without a request: fuseshim.zero_message_open), known from its INIT on.
+        self.no_release: Callable[[], bool] = lambda: False
 
     def watch_queue(self, fuse_fd: int | None) -> None:
         """Where requests wait for the loop: alone() looks at it."""
@@ -254,7 +259,10 @@ class Operations(pyfuse3.Operations):
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
                      ctx: pyfuse3.RequestContext) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         node = self.fs.create(parent_inode, name, (mode & ~ctx.umask & 0o7777) | 0o100000, ctx.uid, ctx.gid)
-        fh = self.fs.open(node.ino, privileged=ctx.uid == 0)
+        if self.no_release():
+            fh = self.fs.created_handle(node.ino, privileged=ctx.uid == 0)
+        else:
+            fh = self.fs.open(node.ino, privileged=ctx.uid == 0)
         return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=self._direct_writes), self.entry(node)
 
     @_op

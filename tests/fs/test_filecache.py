@@ -148,3 +148,48 @@ def test_an_unlinked_file_opened_without_a_request_lives_until_closed(mnt):
         time.sleep(0.05)  # the kernel forgets the inode after the close, asynchronously
     assert stats(mnt)["files"] == 0
     assert stats(mnt)["live_bytes"] == 0
+
+
+def test_created_files_are_not_held_once_closed_and_unlinked(mnt):
+    """The kernel sends no RELEASE at all once it opens files without a request, not even
+    for files create() opened: their handles name the inode, so a file that was written,
+    closed and unlinked (Swift's DELETE and overwrite) leaves the table and its records go,
+    and its xattrs are compressed without waiting for a close that never comes."""
+    os.makedirs(mnt / "d")
+    write_file(mnt / "d" / "first", b"x")
+    read_file(mnt / "d" / "first")  # an open without a request: no RELEASE from here on
+    base = stats(mnt)["inodes"]
+    meta = b"{'X-Timestamp': '1700000000.00000', 'Content-Type': 'application/octet-stream'}" * 4
+    before = requests_served(mnt)
+    for i in range(30):
+        fd = os.open(mnt / "d" / f"o{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, b"y" * 5000)
+        os.setxattr(fd, "user.swift.metadata", meta)
+        os.fsync(fd)
+        os.close(fd)
+    assert _grown(before, requests_served(mnt), "release") == 0
+    assert stats(mnt)["inodes"] == base + 30
+    for i in range(30):
+        assert read_file(mnt / "d" / f"o{i}") == b"y" * 5000
+        os.unlink(mnt / "d" / f"o{i}")
+    s = stats(mnt)
+    assert s["inodes"] == base and s["unlinked_in_use"] == {"open": 0, "kernel_only": 0}
+    # The xattrs of the written, closed files were compressed (a plain one is ~340 B).
+    for i in range(30, 40):
+        write_file(mnt / "d" / f"o{i}", b"z")
+        os.setxattr(mnt / "d" / f"o{i}", "user.swift.metadata", meta)
+    write_file(mnt / "d" / "commit", b"c", fsync=True)  # a commit wakes the compressor
+    deadline = time.monotonic() + 10
+    while stats(mnt)["arena_bytes"]["xattrs"] - stats(mnt)["arena_free_bytes"]["xattrs"] > 10 * 200:
+        assert time.monotonic() < deadline, "xattrs of closed files stay plain"
+        time.sleep(0.1)
+    # An open, unlinked file stays readable until it is closed, then goes.
+    write_file(mnt / "d" / "held", b"h" * 100)
+    fd = os.open(mnt / "d" / "held", os.O_RDONLY)
+    os.unlink(mnt / "d" / "held")
+    assert os.pread(fd, 100, 0) == b"h" * 100
+    os.close(fd)
+    deadline = time.monotonic() + 10
+    while stats(mnt)["unlinked_in_use"] != {"open": 0, "kernel_only": 0}:
+        assert time.monotonic() < deadline, "a closed, unlinked file is still held"
+        time.sleep(0.1)
