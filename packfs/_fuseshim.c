@@ -22,8 +22,9 @@
  *                ended only from an empty reply, one more round trip per directory.
  *   open         (filecache) answers ENOSYS at once, in C, when the kernel supports
  *                that (FUSE_CAP_NO_OPEN_SUPPORT): the kernel then opens every file
- *                without OPEN or RELEASE, with FOPEN_KEEP_CACHE. Files create() made
- *                still have handles of their own.
+ *                without OPEN or RELEASE, with FOPEN_KEEP_CACHE. It sends no RELEASE
+ *                for files create() opened either: packfs gives those a handle that
+ *                names the inode too (filesystem.CREATED).
  *   read, write, write_buf  (filecache) get INODE_HANDLE | the inode as the file handle
  *                when the kernel sends 0 (a file opened without a request), and
  *                ROOT_WRITER too in a write root sent.

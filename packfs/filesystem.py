@@ -235,8 +235,6 @@ class Filesystem:
         if node is None:
             return
         node.opens -= 1
-        if node.opens == 0:
-            self.ns.table.closed(node.ino)
         if node.nlink == 0:
             self._forget_if_unused(node)
             return

@@ -144,7 +144,9 @@ class InodeTable:
         self.fetch_xattrs: Callable[[int], bytes | None] = lambda ino: None  # from the catalog
         self._fetched: dict[int, bytes] = {}  # the last few values fetched (a GET reads them ~5 times)
         self._uncompressed: set[int] = set()  # set by setxattr since the last compress_xattrs
-        self._compress_at_close: set[int] = set()  # of those, files that were open then
+        self._settling: set[int] = set()  # of those, set in the compressor's last two turns
+        self._turn = 0  # the background compressor's turns, one after each commit
+        self._set_in_turn: dict[int, int] = {}  # the turn each of those was set in
         self._decoded: dict[int, tuple[bytes, bytes]] = {}  # the last few read: (stored blob, plain blob)
         # Extent maps of regular files; absent means empty. A file whose map is one whole
         # record (most Swift objects smaller than disk_chunk_size) has it in the `rec` and
@@ -547,25 +549,31 @@ class InodeTable:
         self._fetched.pop(ino, None)
         if packed and compressible(packed):
             self._uncompressed.add(ino)
+            self._set_in_turn[ino] = self._turn
 
-    def compress_xattrs(self, limit: int = 1 << 62, open_files: bool = False) -> bool:
+    def compress_xattrs(self, limit: int = 1 << 62, settled_only: bool = False) -> bool:
         """Compress up to `limit` of the xattrs stored plain; True if some are left.
 
         setxattr stores them plain: Swift sets two per PUT, and compressing on each
         (after decompressing for the second) took ~60 us of the request's own time.
-        The journal compresses them in the background, while a commit's flush runs. Those
-        of a file that is open wait for its last close (see closed), unless open_files:
-        Swift sets its second xattr after another PUT's commit more often than not, and
-        compressing the first alone cost a compression and a decompression more per PUT
-        (1.36 compressions and 0.38 decompressions per PUT at concurrency 16, 1.0 and 0 now).
+        The journal compresses them in the background after each commit, a turn at a
+        time (next_compress_turn), while the commit's flush runs; there, settled_only
+        leaves those set in this turn or the last one for later. Swift sets its second
+        xattr after another PUT's commit more often than not, and compressing the first
+        alone cost a compression and a decompression more per PUT (1.36 compressions and
+        0.38 decompressions per PUT at concurrency 16, against 1.0 and 0 when they waited
+        for the file's close; the kernel sends no close once files open without a request).
         """
-        pending, xat, blobs, opens = self._uncompressed, self.xat, self.xblobs, self.opens
+        pending, xat, blobs, set_in = self._uncompressed, self.xat, self.xblobs, self._set_in_turn
+        if not settled_only:
+            pending |= self._settling
+            self._settling.clear()
         for _ in range(min(limit, len(pending))):
             ino = pending.pop()
-            if opens.get(ino) and not open_files:
-                self._compress_at_close.add(ino)
+            if settled_only and set_in.get(ino, -2) >= self._turn - 1:
+                self._settling.add(ino)
                 continue
-            self._compress_at_close.discard(ino)
+            set_in.pop(ino, None)
             ref = xat[ino]
             if ref:
                 x = blobs.get(ref)
@@ -577,11 +585,12 @@ class InodeTable:
                     blobs.release(ref)
         return bool(pending)
 
-    def closed(self, ino: int) -> None:
-        """A file's last handle closed: its xattrs may be compressed now."""
-        if ino in self._compress_at_close:
-            self._compress_at_close.discard(ino)
-            self._uncompressed.add(ino)
+    def next_compress_turn(self) -> None:
+        """The background compressor's next turn (after a commit): what was settling may
+        be compressed once it has not changed for two turns."""
+        self._turn += 1
+        self._uncompressed |= self._settling
+        self._settling.clear()
 
     def checkpointed(self, rows: Iterable[InodeRow]) -> None:
         """The catalog now holds these rows: forget the xattrs that have not changed since

@@ -145,7 +145,7 @@ class Journal:
         async with self._checkpoint_lock:
             started = time.monotonic()
             await self.volumes.ensure_space(records.BLOCK, metadata=True)
-            self.ns.table.compress_xattrs(open_files=True)  # the catalog and the image get them small
+            self.ns.table.compress_xattrs()  # the catalog and the image get them small
             self._stage()
             position = {"volume": self.volumes.active, "offset": self.volumes.tail,
                         "seq": self.volumes.seq, "next_ino": self.ns.next_ino}
@@ -188,11 +188,12 @@ class Journal:
         at a time (64 of Swift's: ~3.5 ms), after each commit; Swift's metadata costs an
         eighth as much memory then."""
         while True:
-            if self.ns.table.compress_xattrs(limit=64):
+            if self.ns.table.compress_xattrs(limit=64, settled_only=True):
                 await trio.lowlevel.checkpoint()  # let requests in between slices
             else:
                 await self._compress_wanted.wait()
                 self._compress_wanted = trio.Event()
+                self.ns.table.next_compress_turn()
 
     async def run_checkpointer(self) -> None:
         """Background task: checkpoint whenever the log has grown enough (never on a timer)."""

@@ -328,27 +328,32 @@ def test_large_xattrs_are_stored_compressed_and_read_back_exactly(ns):
     assert ns.listxattr(f.ino) == [b"user.small"] and ns.getxattr(f.ino, b"user.small") == b"v"
 
 
-def test_xattrs_of_an_open_file_are_compressed_once_it_is_closed(ns):
-    """Swift sets its metadata and then its checksum on the open file: compressing the
-    first alone would mean decompressing and compressing again for the second."""
+def test_the_background_compressor_leaves_xattrs_for_two_turns(ns):
+    """Swift sets its metadata, then its checksum, often with another PUT's commit (a turn
+    of the compressor) in between: compressing the first alone would mean decompressing
+    and compressing again for the second. Each turn leaves what was set in it or in the
+    turn before; a checkpoint's compression takes everything."""
     import pickle
 
     from packfs.xattrblob import is_compressed
     f = ns.create(ROOT, b"f", REG, 0, 0)
-    f.opens = 1
     meta = pickle.dumps({"name": "/AUTH_test/c/o", "X-Timestamp": "1763872345.12345"}, protocol=2) * 4
     ns.setxattr(f.ino, b"user.swift.metadata", meta)
-    assert ns.table.compress_xattrs() is False  # nothing left to do before the close...
-    assert not is_compressed(f.row()[11])  # ...and the open file's blob is still plain
-    f.opens = 0
-    ns.table.closed(f.ino)
-    assert ns.table.compress_xattrs() is False
-    assert is_compressed(f.row()[11])
+    assert ns.table.compress_xattrs(settled_only=True) is False  # nothing left to do this turn...
+    assert not is_compressed(f.row()[11])  # ...and the blob is still plain
+    ns.table.next_compress_turn()
+    ns.setxattr(f.ino, b"user.swift.metadata_checksum", b"%032x" % 7)  # the second, a turn later
+    for _ in range(2):
+        assert ns.table.compress_xattrs(settled_only=True) is False
+        assert not is_compressed(f.row()[11])
+        ns.table.next_compress_turn()
+    assert ns.table.compress_xattrs(settled_only=True) is False
+    assert is_compressed(f.row()[11])  # two turns after its last change
     assert ns.getxattr(f.ino, b"user.swift.metadata") == meta
     g = ns.create(ROOT, b"g", REG, 0, 0)
-    g.opens = 1
     ns.setxattr(g.ino, b"user.swift.metadata", meta)
-    ns.table.compress_xattrs(open_files=True)  # a checkpoint's: the catalog gets them small
+    ns.table.compress_xattrs(settled_only=True)
+    ns.table.compress_xattrs()  # a checkpoint's: the catalog gets them small
     assert is_compressed(g.row()[11])
 
 

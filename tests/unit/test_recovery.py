@@ -382,8 +382,9 @@ def is_compressed(blob: bytes | None) -> bool:
 
 
 def test_xattrs_are_compressed_after_the_commit_and_replay_plain_or_not(packdir):
-    """setxattr stores plain; the background compresses after a commit; a crash replays
-    the plain form the commit logged, compresses it again, and loses nothing."""
+    """setxattr stores plain; the background compresses in the turns after the commits
+    that follow (two turns after the last change); a crash replays the plain form the
+    commit logged, compresses it again, and loses nothing."""
     async def body(fs: Filesystem) -> None:
         ino = await write_file(fs, ROOT, b"obj", b"x" * 4096)
         fs.setxattr(ino, b"user.swift.metadata", SWIFT_META)
@@ -391,7 +392,8 @@ def test_xattrs_are_compressed_after_the_commit_and_replay_plain_or_not(packdir)
         await fs.fsync()
         with trio.fail_after(10):
             while not is_compressed(fs.ns.table.packed_xattrs(ino)):
-                await trio.sleep(0.001)  # the compressor runs once the commit is queued
+                await trio.sleep(0.001)  # the compressor runs once a commit is queued
+                await fs.fsync()
 
     run(packdir, body, clean=False)
     p = open_pack(packdir)
