@@ -4,8 +4,10 @@ A file has at most one contiguous run of unflushed bytes. A write that extends o
 overlaps the run joins it; any other write first flushes the run. A run is flushed as
 records of exactly `chunk_size` once it is that big, and whole on fsync (by the
 journal's commit) or on release. Nothing ever waits on a timer for more data (the
-Nagle lesson). Writers are held back once the bytes queued for the disk pass
-`max_dirty`, so memory stays bounded.
+Nagle lesson). Once the buffered bytes pass `max_dirty`, the oldest runs are flushed
+(files written and closed without an fsync, whose close sends no release, would
+otherwise wait for the next commit), and writers are held back once the bytes queued
+for the disk pass it: memory stays bounded.
 """
 from __future__ import annotations
 
@@ -129,6 +131,8 @@ class WriteBehind:
         self.ns.touch(node)
         if buf.size >= self.chunk_size:
             self._flush_chunks(node)
+        if self.dirty_bytes > self.max_dirty:
+            self._flush_oldest()
         if self.dirty_bytes + self.volumes.queued_bytes > self.max_dirty:
             await self.volumes.wait_written(self.volumes.last_ticket)
         return len(data)
@@ -163,6 +167,13 @@ class WriteBehind:
             return
         self._append(node, buf, buf.size)
         self._drop(node)
+
+    def _flush_oldest(self) -> None:
+        """Flush whole runs, the oldest first, until half of max_dirty is buffered."""
+        for node in list(self.dirty.values()):
+            if self.dirty_bytes <= self.max_dirty // 2:
+                return
+            self.flush(node)
 
     def flush_all(self) -> None:
         for node in list(self.dirty.values()):
