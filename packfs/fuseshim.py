@@ -18,8 +18,9 @@ writes through such a file then come with handle 0, and pyfuse3 passes handlers 
 handle, not the inode: the library gives them the inode as the handle, marked with
 filesystem.INODE_HANDLE (and ROOT_WRITER in a write root sent: pyfuse3 gives `write`
 no request context). No OPEN carries O_TRUNC then, so the library takes
-ATOMIC_O_TRUNC out of libfuse's INIT answer and the kernel sends it as a SETATTR. A
-handle create() returns is opened and released as before.
+ATOMIC_O_TRUNC out of libfuse's INIT answer and the kernel sends it as a SETATTR. Such
+a kernel sends no RELEASE for files create() opened either, so packfs gives those a
+handle that names the inode too (filesystem.CREATED; `zero_message_open` tells it).
 
 Listing ends (with dircache): the kernel learns that a listing has ended only from an
 empty readdir reply, so every directory listed costs a second READDIRPLUS, half the
