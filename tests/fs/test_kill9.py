@@ -11,6 +11,7 @@ import os
 import random
 import threading
 import time
+import traceback
 
 from fsutil import read_file
 from mounts import daemon_pid, is_mounted, kill9, mounted
@@ -23,6 +24,11 @@ def content(name: str) -> bytes:
     return rnd.randbytes(rnd.choice([0, 1, 4 * KiB, 64 * KiB, 200 * KiB + 3, 1100 * KiB]))
 
 
+def failure() -> str:
+    """The exception being handled, with where it was raised and when (to compare with the kill)."""
+    return f"at {time.monotonic():.3f}: {traceback.format_exc()}"
+
+
 class Writers:
     """Threads writing files and fsyncing file then directory, as a Swift PUT does."""
 
@@ -31,7 +37,7 @@ class Writers:
         self.tag = tag
         self.acked: set[str] = set()
         self.started: set[str] = set()
-        self.unexpected: list[BaseException] = []
+        self.unexpected: list[str] = []  # tracebacks, stamped with time.monotonic()
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(n)]
@@ -83,7 +89,7 @@ class Writers:
     def _died(self, e: OSError) -> None:
         # Once the daemon is gone, every request fails with ENOTCONN or ECONNABORTED.
         if e.errno not in (errno.ENOTCONN, errno.ECONNABORTED):
-            self.unexpected.append(e)
+            self.unexpected.append(failure())
 
 
 def test_kill9_while_writers_fsync(tmp_path, packdir):
@@ -104,12 +110,13 @@ def test_kill9_while_writers_fsync(tmp_path, packdir):
                         time.sleep(0.05)
                     time.sleep(rnd.uniform(0.1, 1.0))
                     pid = daemon_pid(packdir)
+                    killed_at = time.monotonic()
                     kill9(packdir, mnt)
                     assert not is_mounted(mnt)
                     assert daemon_pid(packdir) in (pid, None)
             finally:
                 os.close(root_fd)
-            assert not w.unexpected, w.unexpected[:3]
+            assert not w.unexpected, (f"killed at {killed_at:.3f}", *w.unexpected[:3])
             assert len(w.acked) >= 20, "writers made too little progress before the crash"
             acked |= w.acked
             started |= w.started
@@ -151,7 +158,7 @@ class Committers:
         self.acked: dict[str, int] = {}      # object -> last version whose commit returned
         self.attempted: dict[str, int] = {}  # object -> last version whose rename was issued
         self.deleted: set[str] = set()       # names whose unlink + fsync(dir) returned
-        self.unexpected: list[BaseException] = []
+        self.unexpected: list[str] = []  # tracebacks, stamped with time.monotonic()
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(n)]
 
@@ -199,7 +206,7 @@ class Committers:
                 self.deleted.add(f"{dname}/{junk}")
         except OSError as e:
             if e.errno not in (errno.ENOTCONN, errno.ECONNABORTED):
-                self.unexpected.append(e)
+                self.unexpected.append(failure())
         finally:
             if dfd >= 0:
                 os.close(dfd)
@@ -218,10 +225,11 @@ def test_kill9_during_rename_commits(tmp_path, packdir):
                     while sum(c.acked.values()) < 60 and time.monotonic() < deadline and not c.unexpected:
                         time.sleep(0.05)
                     time.sleep(random.Random(rnd_round).uniform(0.05, 0.5))
+                    killed_at = time.monotonic()
                     kill9(packdir, mnt)
             finally:
                 os.close(root_fd)
-            assert not c.unexpected, c.unexpected[:3]
+            assert not c.unexpected, (f"killed at {killed_at:.3f}", *c.unexpected[:3])
             assert sum(c.acked.values()) >= 60
         assert os.listdir(mnt) == []
         with mounted(packdir, mnt):
