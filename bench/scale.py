@@ -182,6 +182,13 @@ class ScaleBench:
             f"{time.monotonic() - t_sync:.1f} s)")
 
     def remount(self, t, rss_empty) -> None:
+        if t.is_packfs and t.daemon_pid() and rss_empty:
+            # What the build left in the running daemon, which the remount would drop.
+            rss = rss_bytes(t.daemon_pid())
+            self._add("scale.rss_per_file.built", t, (rss - rss_empty) / self.n,
+                      label=f"packfs daemon RSS per stored file at {self.nk}, after the build (before remount)",
+                      unit="B/file", better="lower", absolute=True, minor=True)
+            self.memory_parts(t, "after the build")
         t.umount()
         drop_caches()
         sec = t.mount()
@@ -195,25 +202,33 @@ class ScaleBench:
                 self._add("scale.rss_per_file.mount", t, (rss - rss_empty) / self.n,
                           label=f"packfs daemon RSS per stored file at {self.nk}, right after mount",
                           unit="B/file", better="lower", absolute=True, minor=True)
-            self.memory_parts(t)
+            self.memory_parts(t, "right after mount")
         log(msg)
 
-    def memory_parts(self, t) -> None:
+    def memory_parts(self, t, when: str) -> None:
         """Where the daemon's memory per stored object goes, from `packfs stats`: the inode
-        columns, the names and xattr arenas (each with its free space), and inodes per object."""
+        columns, the names and xattr arenas (each with its free space), and inodes per object.
+        After the build it also counts the unlinked inodes still held (a leak would show there:
+        a remount drops them)."""
         st = t.stats()
+        tag = "" if when == "right after mount" else ".built"
         parts = {"inode columns": st["column_bytes"], "names arena": st["arena_bytes"]["names"],
                  "xattr arena": st["arena_bytes"]["xattrs"]}
         for what, size in parts.items():
-            self._add(f"scale.memory.{what.replace(' ', '_')}", t, size / self.n,
-                      label=f"packfs memory per stored file at {self.nk}, right after mount: {what}",
+            self._add(f"scale.memory.{what.replace(' ', '_')}{tag}", t, size / self.n,
+                      label=f"packfs memory per stored file at {self.nk}, {when}: {what}",
                       unit="B/file", better="lower", absolute=True, minor=True)
-        self._add("scale.memory.inodes", t, st["inodes"] / self.n,
-                  label=f"packfs inodes per stored file at {self.nk}", unit="inodes", better="lower",
+        self._add(f"scale.memory.inodes{tag}", t, st["inodes"] / self.n,
+                  label=f"packfs inodes per stored file at {self.nk}, {when}", unit="inodes", better="lower",
                   absolute=True, minor=True)
+        if tag:
+            held = st["unlinked_in_use"]
+            self._add("scale.memory.unlinked_in_use.built", t, held["open"] + held["kernel_only"],
+                      label=f"packfs unlinked inodes still held at {self.nk}, {when}", unit="inodes",
+                      better="lower", absolute=True, minor=True)
         if not st["whole_ctimes"]:
-            self._add("scale.memory.far_ctimes", t, st["far_ctimes"] / self.n,
-                      label=f"packfs ctimes kept whole beside their column per stored file at {self.nk}",
+            self._add(f"scale.memory.far_ctimes{tag}", t, st["far_ctimes"] / self.n,
+                      label=f"packfs ctimes kept whole beside their column per stored file at {self.nk}, {when}",
                       unit="times", better="lower", absolute=True, minor=True)
 
     def _walk(self, t, cg) -> dict:
