@@ -29,20 +29,18 @@ def failure() -> str:
     return f"at {time.monotonic():.3f}: {traceback.format_exc()}"
 
 
-class Writers:
-    """Threads writing files and fsyncing file then directory, as a Swift PUT does."""
+class Workers:
+    """n threads running `run(i)` in the mount (through root_fd) until the block ends; once
+    the daemon has died they must all have returned, with no error but the dead mount's."""
 
-    def __init__(self, root_fd: int, tag: str, n: int = 8) -> None:
+    def __init__(self, root_fd: int, tag: str, n: int) -> None:
         self.root_fd = root_fd
         self.tag = tag
-        self.acked: set[str] = set()
-        self.started: set[str] = set()
         self.unexpected: list[str] = []  # tracebacks, stamped with time.monotonic()
         self.stop = threading.Event()
-        self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(n)]
 
-    def __enter__(self) -> "Writers":
+    def __enter__(self) -> "Workers":
         for t in self.threads:
             t.start()
         return self
@@ -51,7 +49,25 @@ class Writers:
         self.stop.set()
         for t in self.threads:
             t.join(60)
-        assert not any(t.is_alive() for t in self.threads), "a writer hung after the daemon died"
+        assert not any(t.is_alive() for t in self.threads), "a worker hung after the daemon died"
+
+    def run(self, i: int) -> None:
+        raise NotImplementedError
+
+    def died(self, e: OSError) -> None:
+        # Once the daemon is gone, every request fails with ENOTCONN or ECONNABORTED.
+        if e.errno not in (errno.ENOTCONN, errno.ECONNABORTED):
+            self.unexpected.append(failure())
+
+
+class Writers(Workers):
+    """Threads writing files and fsyncing file then directory, as a Swift PUT does."""
+
+    def __init__(self, root_fd: int, tag: str, n: int = 8) -> None:
+        super().__init__(root_fd, tag, n)
+        self.acked: set[str] = set()
+        self.started: set[str] = set()
+        self.lock = threading.Lock()
 
     def run(self, i: int) -> None:
         dname = f"{self.tag}-w{i}"
@@ -61,7 +77,7 @@ class Writers:
             os.fsync(dfd)
             os.fsync(self.root_fd)
         except OSError as e:
-            self._died(e)
+            self.died(e)
             return
         try:
             k = 0
@@ -82,14 +98,9 @@ class Writers:
                     self.acked.add(name)
                 k += 1
         except OSError as e:
-            self._died(e)
+            self.died(e)
         finally:
             os.close(dfd)
-
-    def _died(self, e: OSError) -> None:
-        # Once the daemon is gone, every request fails with ENOTCONN or ECONNABORTED.
-        if e.errno not in (errno.ENOTCONN, errno.ECONNABORTED):
-            self.unexpected.append(failure())
 
 
 def test_kill9_while_writers_fsync(tmp_path, packdir):
@@ -148,30 +159,15 @@ def version(key: str, v: int) -> bytes:
     return (b"v%d:" % v) + rnd.randbytes(rnd.choice([10, 5000, 70 * KiB, 300 * KiB]))
 
 
-class Committers:
+class Committers(Workers):
     """Threads doing Swift's commit: write a temp file, fsync, rename over the object, fsync
     the directory; and deleting older objects with unlink + fsync of the directory."""
 
     def __init__(self, root_fd: int, tag: str, n: int = 6) -> None:
-        self.root_fd = root_fd
-        self.tag = tag
+        super().__init__(root_fd, tag, n)
         self.acked: dict[str, int] = {}      # object -> last version whose commit returned
         self.attempted: dict[str, int] = {}  # object -> last version whose rename was issued
         self.deleted: set[str] = set()       # names whose unlink + fsync(dir) returned
-        self.unexpected: list[str] = []  # tracebacks, stamped with time.monotonic()
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(n)]
-
-    def __enter__(self) -> "Committers":
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
-        assert not any(t.is_alive() for t in self.threads)
 
     def run(self, i: int) -> None:
         dname = f"{self.tag}-c{i}"
@@ -205,8 +201,7 @@ class Committers:
                 os.fsync(dfd)
                 self.deleted.add(f"{dname}/{junk}")
         except OSError as e:
-            if e.errno not in (errno.ENOTCONN, errno.ECONNABORTED):
-                self.unexpected.append(failure())
+            self.died(e)
         finally:
             if dfd >= 0:
                 os.close(dfd)
