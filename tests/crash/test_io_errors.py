@@ -71,7 +71,7 @@ def test_eio_on_read_reaches_the_reader_and_is_not_cached(tmp_path: Path) -> Non
 
     async def read(fs: Filesystem) -> None:
         ino = lookup(fs, "/bad")
-        e = fs.getattr(ino).extent_list()[0] if hasattr(fs.getattr(ino), "extent_list") else fs.getattr(ino).extents[0]
+        e = fs.getattr(ino).extent_list()[0]
         bad_record.append(e[3])
         fault = disk.inject("pread", errno.EIO, times=None, when=lambda p, off, n: off == e[3])
         for _ in range(2):

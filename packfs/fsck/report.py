@@ -1,0 +1,94 @@
+"""What fsck found and did, and the progress lines it writes while it works."""
+from __future__ import annotations
+
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass
+class Finding:
+    kind: str
+    message: str
+    problem: bool = True
+    keys: list = field(default_factory=list)  # (volume, offset, footprint) blocks repair may punch
+    ino: int = 0  # the inode repair must look at
+
+
+@dataclass
+class Report:
+    packdir: str
+    findings: list[Finding] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    volumes: int = 0
+    data_records: int = 0
+    meta_records: int = 0
+    files: int = 0
+    directories: int = 0
+    error: str = ""  # the check could not run at all
+
+    @property
+    def problems(self) -> list[Finding]:
+        return [f for f in self.findings if f.problem]
+
+    @property
+    def notes(self) -> list[Finding]:
+        return [f for f in self.findings if not f.problem]
+
+    def kinds(self, problems_only: bool = True) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for f in self.findings:
+            if f.problem or not problems_only:
+                out[f.kind] += 1
+        return dict(out)
+
+    @property
+    def exit_code(self) -> int:
+        if self.error:
+            return 2
+        return 1 if self.problems else 0
+
+    def summary(self) -> str:
+        if self.error:
+            return f"packfs fsck {self.packdir}: not checked: {self.error}"
+        head = (f"packfs fsck {self.packdir}: {self.volumes} volume(s), "
+                f"{self.data_records + self.meta_records} records ({self.data_records} data, "
+                f"{self.meta_records} meta), {self.files} files, {self.directories} directories: ")
+        probs = self.problems
+        if not probs:
+            head += "clean"
+        else:
+            head += f"{len(probs)} problem(s) (" + ", ".join(f"{n} {k}" for k, n in sorted(self.kinds().items())) + ")"
+        if self.notes:
+            head += f"; {len(self.notes)} note(s)"
+        return head
+
+
+class Progress:
+    """A line on stderr every few seconds while fsck works: a large pack takes minutes
+    (every record is read). A check that ends sooner prints nothing."""
+
+    def __init__(self, every: float = 2.0, write: Callable[[str], None] | None = None) -> None:
+        self.every = every
+        self.write = write or (lambda line: print(f"packfs fsck: {line}", file=sys.stderr, flush=True))
+        self._started = time.monotonic()
+        self._due = self._started + every
+
+    def __call__(self, line: Callable[[], str]) -> None:
+        """Report how far the current step is, if the last line is old enough (line is made only then)."""
+        now = time.monotonic()
+        if now >= self._due:
+            self._due = now + self.every
+            self.write(line())
+
+    def step(self, line: str) -> None:
+        """A new step begins: say so, once the whole run has taken long enough to report at all."""
+        now = time.monotonic()
+        if now >= self._started + self.every:
+            self._due = now + self.every
+            self.write(line)
+
+
+QUIET = Progress(write=lambda line: None)
