@@ -19,7 +19,6 @@ import errno
 import logging
 import os
 import threading
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator
