@@ -3,9 +3,9 @@
  * why and how it is loaded). Two interpositions, each off unless packfs_shim_enable
  * asked for it before the session is made:
  *
- * fuse_session_new (dircache, filecache): pyfuse3 hands libfuse its table of low-level
- * handlers here. This copies the table, changes the entries below and calls libfuse's
- * own fuse_session_new with the copy:
+ * fuse_session_new (dircache, filecache, xattrcache): pyfuse3 hands libfuse its table
+ * of low-level handlers here. This copies the table, changes the entries below and
+ * calls libfuse's own fuse_session_new with the copy:
  *
  *   opendir      answers ENOSYS at once, in C, when the kernel said at INIT that it
  *                supports that (FUSE_CAP_NO_OPENDIR_SUPPORT, Linux 5.1 and later; an
@@ -28,6 +28,14 @@
  *   read, write, write_buf  (filecache) get INODE_HANDLE | the inode as the file handle
  *                when the kernel sends 0 (a file opened without a request), and
  *                ROOT_WRITER too in a write root sent.
+ *   getxattr     (xattrcache) answers from the xattrs packfs last handed over for the
+ *                inode (packfs_shim_cache_xattrs), in C, if it has them; else pyfuse3's
+ *                getxattr runs. A Swift GET or HEAD asks five times (its metadata key,
+ *                the key after it, its checksum key, each with a size probe first): the
+ *                first goes to packfs, which hands over the inode's xattrs, and the other
+ *                four are answered here. packfs takes them back whenever they change or
+ *                the inode goes (packfs_shim_forget_xattrs), before any later request
+ *                can see them.
  *   init         notes what the kernel supports, then runs pyfuse3's; with filecache
  *                in force it takes FUSE_CAP_ATOMIC_O_TRUNC out of the answer, so that
  *                the kernel sends an O_TRUNC open's truncation as a SETATTR.
@@ -48,6 +56,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -58,7 +67,7 @@ typedef struct fuse_session *(*session_new_fn)(struct fuse_args *, const struct 
                                                size_t, void *);
 typedef int (*session_mount_fn)(struct fuse_session *, const char *);
 
-static int want_dircache, want_filecache, want_killpriv; /* asked for by packfs_shim_enable */
+static int want_dircache, want_filecache, want_xattrcache, want_killpriv; /* packfs_shim_enable */
 static int installed;    /* the last session got the rewritten table */
 static int zero_message; /* ... and its kernel supports zero-message opendir */
 static int zero_open;    /* ... and zero-message open, which filecache asked for */
@@ -70,6 +79,7 @@ static void (*next_open)(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
 static void (*next_read)(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file_info *);
 static void (*next_write)(fuse_req_t, fuse_ino_t, const char *, size_t, off_t, struct fuse_file_info *);
 static void (*next_write_buf)(fuse_req_t, fuse_ino_t, struct fuse_bufvec *, off_t, struct fuse_file_info *);
+static void (*next_getxattr)(fuse_req_t, fuse_ino_t, const char *, size_t);
 
 #define INODE_HANDLE (1ULL << 63) /* a handle that names an inode, not an open (filesystem.py) */
 #define ROOT_WRITER (1ULL << 62)  /* ... in a write root sent: it keeps set-ID bits */
@@ -160,6 +170,69 @@ static void readdirplus_by_inode(fuse_req_t req, fuse_ino_t ino, size_t size, of
     next_readdirplus(req, ino, size, off, fi);
 }
 
+/* Xattrs packfs handed over, by inode: each a packed plain blob, `<u16 name length><u32
+ * value length><name><value>` per xattr, little-endian (packfs/xattrblob.py). A slot
+ * per inode number modulo XATTR_SLOTS: a Swift GET reads one file's xattrs five times in
+ * a row, and 16 concurrent GETs rarely share a slot (~0.5 pairs of 16 do). ~110 KiB at
+ * most for Swift's ~440 B. Touched only on the event loop's thread, like `ends`. */
+#define XATTR_SLOTS 256
+static struct {
+    fuse_ino_t ino; /* 0: free */
+    unsigned char *blob;
+    size_t len;
+} xattrs[XATTR_SLOTS];
+static unsigned long long xattrs_answered;
+
+static uint32_t le(const unsigned char *p, int n)
+{
+    uint32_t v = 0;
+    while (n--)
+        v = v << 8 | p[n];
+    return v;
+}
+
+static void getxattr_cached(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+    unsigned slot = ino % XATTR_SLOTS;
+    if (xattrs[slot].ino != ino) {
+        next_getxattr(req, ino, name, size);
+        return;
+    }
+    const unsigned char *p = xattrs[slot].blob, *end = p + xattrs[slot].len;
+    size_t want = strlen(name);
+    while (end - p >= 6) {
+        size_t nlen = le(p, 2), vlen = le(p + 2, 4);
+        const unsigned char *n = p + 6, *v = n + nlen;
+        if ((size_t)(end - n) < nlen + vlen)
+            break; /* cannot happen (packfs made the blob): let packfs answer */
+        if (nlen == want && memcmp(n, name, nlen) == 0) {
+            xattrs_answered++;
+            if (size == 0)
+                fuse_reply_xattr(req, vlen);
+            else if (size < vlen)
+                fuse_reply_err(req, ERANGE);
+            else
+                fuse_reply_buf(req, (const char *)v, vlen);
+            return;
+        }
+        p = v + vlen;
+    }
+    if (p != end) {
+        next_getxattr(req, ino, name, size);
+        return;
+    }
+    xattrs_answered++;
+    fuse_reply_err(req, ENODATA);
+}
+
+static void forget_slot(unsigned slot)
+{
+    free(xattrs[slot].blob);
+    xattrs[slot].ino = 0;
+    xattrs[slot].blob = NULL;
+    xattrs[slot].len = 0;
+}
+
 struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_lowlevel_ops *op,
                                       size_t op_size, void *userdata)
 {
@@ -168,10 +241,13 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
         return NULL;
     installed = zero_message = zero_open = 0;
     memset(ends, 0, sizeof ends);
+    for (unsigned slot = 0; slot < XATTR_SLOTS; slot++)
+        forget_slot(slot);
     init_seen = init_offers = init_answered = killpriv = 0;
     int dircache = want_dircache && op->opendir && op->readdirplus;
     int filecache = want_filecache && op->open && op->read && op->write && op->write_buf;
-    if (!(dircache || filecache) || op_size > sizeof ops || op->init == NULL)
+    int xattrcache = want_xattrcache && op->getxattr;
+    if (!(dircache || filecache || xattrcache) || op_size > sizeof ops || op->init == NULL)
         return next(args, op, op_size, userdata);
     memcpy(&ops, op, op_size);
     next_init = op->init;
@@ -191,6 +267,10 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
         ops.read = read_by_inode;
         ops.write = write_by_inode;
         ops.write_buf = write_buf_by_inode;
+    }
+    if (xattrcache) {
+        next_getxattr = op->getxattr;
+        ops.getxattr = getxattr_cached;
     }
     struct fuse_session *se = next(args, &ops, op_size, userdata);
     installed = se != NULL;
@@ -241,10 +321,11 @@ int fuse_session_mount(struct fuse_session *se, const char *mountpoint)
     return r;
 }
 
-void packfs_shim_enable(int dircache, int filecache, int kill_priv)
+void packfs_shim_enable(int dircache, int filecache, int xattrcache, int kill_priv)
 {
     want_dircache = dircache;
     want_filecache = filecache;
+    want_xattrcache = xattrcache;
     want_killpriv = kill_priv;
 }
 
@@ -260,6 +341,40 @@ void packfs_shim_note_end(uint64_t ino, int64_t off)
     unsigned slot = ino % END_SLOTS;
     ends[slot].ino = ino;
     ends[slot].off = off;
+}
+
+/* The xattrs of `ino`, packed plain (len 0: it has none): answer its getxattrs from
+ * these until packfs_shim_forget_xattrs. 0 if there was no memory for them. */
+int packfs_shim_cache_xattrs(uint64_t ino, const char *blob, size_t len)
+{
+    unsigned slot = ino % XATTR_SLOTS;
+    unsigned char *copy = malloc(len ? len : 1);
+    forget_slot(slot);
+    if (copy == NULL)
+        return 0;
+    memcpy(copy, blob, len);
+    xattrs[slot].ino = ino;
+    xattrs[slot].blob = copy;
+    xattrs[slot].len = len;
+    return 1;
+}
+
+/* The xattrs of `ino` changed, or the inode went (its number may come back as another's). */
+void packfs_shim_forget_xattrs(uint64_t ino)
+{
+    unsigned slot = ino % XATTR_SLOTS;
+    if (xattrs[slot].ino == ino)
+        forget_slot(slot);
+}
+
+unsigned long long packfs_shim_xattrs_answered(void)
+{
+    return xattrs_answered;
+}
+
+int packfs_shim_caches_xattrs(void)
+{
+    return installed && ops.getxattr == getxattr_cached;
 }
 
 unsigned long long packfs_shim_ends_answered(void)

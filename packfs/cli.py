@@ -221,8 +221,11 @@ def format_stats(s: dict) -> str:
                             if s["zero_message_opendir"] else "opened by a FUSE request each (no fuse shim)"),
         f"listing ends   {s['listing_ends_answered_in_shim']:>12,}   readdirs after a listing's last entry, "
         "answered by the fuse shim (no handler: not in the table below)",
-        "files          " + ("open without a request (no OPEN or RELEASE; files create makes still have both)"
+        "files          " + ("open without a request (no OPEN or RELEASE; a file create makes has no RELEASE)"
                             if s["zero_message_open"] else "opened by a FUSE request each"),
+        (f"xattrs         {s['xattrs_answered_in_shim']:>12,}   getxattrs answered by the fuse shim from the "
+         "xattrs packfs last read (no handler: not in the table below)" if s.get("xattrs_from_shim")
+         else "xattrs         every getxattr reaches packfs's handler"),
         "set-ID bits    " + ("taken by packfs on write, truncate and chown (the kernel asks no getxattr per write)"
                             if s.get("killpriv_v2") else "taken as the kernel asks (cached writes cost a getxattr each)"),
     ]

@@ -117,7 +117,7 @@ class Daemon:
         fs = Filesystem(p, self.opts, disk)
         ops = Operations(fs)
         self.drain = fuseloop.install(self.opts.drain)
-        fuseshim.enable(self.opts.dircache, self.opts.filecache)
+        fuseshim.enable(self.opts.dircache, self.opts.filecache, self.opts.xattrcache)
         try:
             pyfuse3.init(ops, self.mountpoint, fuse_options(self.packdir, self.opts))
         except Exception as e:
@@ -129,14 +129,17 @@ class Daemon:
         pack.write_pid(lock_fd)
         ops.watch_queue(_fuse_fd())
         ops.no_release = fuseshim.zero_message_open
+        if fuseshim.caches_xattrs():
+            fs.ns.table.xattrs_changed = fuseshim.forget_xattrs
+            ops.cache_xattrs = fuseshim.cache_xattrs
         if fuseshim.answers_listing_ends():
             ops.note_listing_end = fuseshim.note_end
-            if self.drain:
-                self.drain.on_read = ops.busypoll.touch  # the ends answered in C keep the loop polling
+        if self.drain and (fuseshim.answers_listing_ends() or fuseshim.caches_xattrs()):
+            self.drain.on_read = ops.busypoll.touch  # requests answered in C keep the loop polling
         if not fuseshim.loaded():
             log.warning("the fuse shim library is not built: directories are opened by a FUSE request, and "
                         "cached writes ask the kernel's getxattr before each write (see fuseshim.py)")
-        elif (self.opts.dircache or self.opts.filecache) and not fuseshim.installed():
+        elif (self.opts.dircache or self.opts.filecache or self.opts.xattrcache) and not fuseshim.installed():
             log.warning("the fuse shim did not take: directories and files are opened by a FUSE request "
                         "(see fuseshim.py)")
         try:
@@ -160,6 +163,8 @@ class Daemon:
                         "zero_message_open": fuseshim.zero_message_open(),
                         "killpriv_v2": fuseshim.killpriv(), "listings_open": len(ops.listings),
                         "listing_ends_answered_in_shim": fuseshim.ends_answered(),
+                        "xattrs_from_shim": fuseshim.caches_xattrs(),
+                        "xattrs_answered_in_shim": fuseshim.xattrs_answered(),
                         "fuse_waits_skipped": self.drain.skipped if self.drain else 0,
                         "device": fs.volumes.timings.report()}
             if command == "sync":

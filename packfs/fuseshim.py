@@ -28,6 +28,15 @@ requests of a replicator's walk. When packfs's readdir has given the kernel a li
 last entry it notes the offset it handed out with it (`note_end`), and the library
 answers the readdir from that offset itself, empty, without a Python handler.
 
+Xattrs answered in C (option xattrcache): a Swift GET or HEAD reads its file's xattrs
+with five getxattr requests (the metadata key, the key after it, the checksum key, each
+with a size probe first), ~50 us each through pyfuse3, ~8 us of it packfs's handler.
+When packfs has answered one, the library is handed the inode's xattrs
+(`cache_xattrs`) and answers the next from them in C, for the last few inodes read.
+packfs takes them back (`forget_xattrs`) whenever an inode's xattrs change or the inode
+goes, on the event loop's thread, where the library answers too: no request is served
+from a stale copy.
+
 HANDLE_KILLPRIV_V2 (always asked for): the kernel's cached write path (writeback_cache,
 or a handle without direct I/O) asks getxattr("security.capability") before every
 write() unless the filesystem takes set-ID bits and capabilities itself, which libfuse
@@ -49,11 +58,14 @@ import importlib.util
 import os
 
 
-def _load() -> ctypes.CDLL | None:
+def _load() -> ctypes.PyDLL | None:
     spec = importlib.util.find_spec("packfs._fuseshim")
     if spec is None or spec.origin is None:
         return None
-    return ctypes.CDLL(spec.origin, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+    # PyDLL: calls keep the GIL. They are short, and a call that let the GIL go could
+    # leave the event loop waiting for a worker thread's switch interval (~5 ms). The
+    # library's state needs no lock: it is only ever touched on the event loop's thread.
+    return ctypes.PyDLL(spec.origin, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
 
 
 _lib = _load()
@@ -61,12 +73,16 @@ if _lib is not None:
     _lib.packfs_shim_note_end.argtypes = [ctypes.c_uint64, ctypes.c_int64]
     _lib.packfs_shim_note_end.restype = None
     _lib.packfs_shim_ends_answered.restype = ctypes.c_ulonglong
+    _lib.packfs_shim_cache_xattrs.argtypes = [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t]
+    _lib.packfs_shim_forget_xattrs.argtypes = [ctypes.c_uint64]
+    _lib.packfs_shim_forget_xattrs.restype = None
+    _lib.packfs_shim_xattrs_answered.restype = ctypes.c_ulonglong
 
 
-def enable(dircache: bool, filecache: bool, killpriv: bool = True) -> None:
+def enable(dircache: bool, filecache: bool, xattrcache: bool, killpriv: bool = True) -> None:
     """Ask for each part in the next FUSE session (call before pyfuse3.init)."""
     if _lib is not None:
-        _lib.packfs_shim_enable(int(dircache), int(filecache), int(killpriv))
+        _lib.packfs_shim_enable(int(dircache), int(filecache), int(xattrcache), int(killpriv))
 
 
 def loaded() -> bool:
@@ -76,7 +92,7 @@ def loaded() -> bool:
 
 def installed() -> bool:
     """Whether the last FUSE session made got the rewritten handler table (dircache,
-    filecache)."""
+    filecache, xattrcache)."""
     return _lib is not None and bool(_lib.packfs_shim_installed())
 
 
@@ -108,6 +124,27 @@ def note_end(directory: int, offset: int) -> None:
     """The kernel was given the last entry of a listing of `directory`, with `offset` to
     resume at: the library answers a readdir from there, empty (once)."""
     _lib.packfs_shim_note_end(directory, offset)  # type: ignore[union-attr]
+
+
+def caches_xattrs() -> bool:
+    """Whether the last FUSE session's getxattr goes through the library (xattrcache)."""
+    return _lib is not None and bool(_lib.packfs_shim_caches_xattrs())
+
+
+def cache_xattrs(ino: int, plain: bytes) -> None:
+    """Answer getxattr of `ino` from `plain`, its xattrs packed plain (b"": none), until
+    forget_xattrs(ino)."""
+    _lib.packfs_shim_cache_xattrs(ino, plain, len(plain))  # type: ignore[union-attr]
+
+
+def forget_xattrs(ino: int) -> None:
+    """The xattrs of `ino` changed or it went: stop answering from what cache_xattrs gave."""
+    _lib.packfs_shim_forget_xattrs(ino)  # type: ignore[union-attr]
+
+
+def xattrs_answered() -> int:
+    """Getxattr requests the library answered (they reach no handler)."""
+    return int(_lib.packfs_shim_xattrs_answered()) if _lib is not None else 0
 
 
 def ends_answered() -> int:

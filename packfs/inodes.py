@@ -138,6 +138,9 @@ class InodeTable:
         # keep_xattrs, else only those the catalog does not hold yet. An inode with neither
         # a reference nor `xcat` has none, whatever the catalog has.
         self.keep_xattrs = True
+        # Told of every inode whose xattrs change or that goes, before anything can read it
+        # again: the FUSE adapter keeps copies of some inodes' xattrs (fuseshim.cache_xattrs).
+        self.xattrs_changed: Callable[[int], None] | None = None
         self.xat = array(COLUMNS["xat"])
         self.xblobs = CountedArena(XATTR_GRAIN)
         self.xcat = bytearray()  # 1 where the catalog holds the inode's xattrs (and `xat` is 0)
@@ -458,6 +461,8 @@ class InodeTable:
             sparse.pop(ino, None)
         self.free.append(ino)
         self.live -= 1
+        if self.xattrs_changed is not None:
+            self.xattrs_changed(ino)
 
     def _clear_entries(self, ino: int) -> None:
         self._clear_single(ino)
@@ -547,6 +552,8 @@ class InodeTable:
         self.xblobs.release(old)
         self.xcat[ino] = 0  # (no value hides whatever the catalog holds)
         self._fetched.pop(ino, None)
+        if self.xattrs_changed is not None:
+            self.xattrs_changed(ino)
         if packed and compressible(packed):
             self._uncompressed.add(ino)
             self._set_in_turn[ino] = self._turn

@@ -166,6 +166,10 @@ class Namespace:
             raise FsError(errno.ENODATA)
         return value
 
+    def plain_xattrs(self, ino: int) -> bytes:
+        """All of an inode's xattrs, packed plain (b"" if none): see xattrblob."""
+        return self.table.plain_xattrs(ino) or b""
+
     def listxattr(self, ino: int) -> list[bytes]:
         return self.get(ino).xattr_names()
 

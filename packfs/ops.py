@@ -94,6 +94,9 @@ class Operations(pyfuse3.Operations):
         # Set by the daemon: whether the kernel sends no RELEASE for any file (it opens
         # files without a request: fuseshim.zero_message_open), known from its INIT on.
         self.no_release: Callable[[], bool] = lambda: False
+        # Set by the daemon when the fuse shim answers getxattr from the xattrs it was
+        # handed (fuseshim.cache_xattrs): called with an inode and its xattrs packed plain.
+        self.cache_xattrs: Callable[[int, bytes], None] | None = None
 
     def watch_queue(self, fuse_fd: int | None) -> None:
         """Where requests wait for the loop: alone() looks at it."""
@@ -289,7 +292,10 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
-        return self.fs.getxattr(inode, name)
+        value = self.fs.getxattr(inode, name)
+        if self.cache_xattrs is not None:
+            self.cache_xattrs(inode, self.fs.ns.plain_xattrs(inode))  # the next ones come to the shim
+        return value
 
     @_op
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> Sequence[bytes]:

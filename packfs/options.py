@@ -44,6 +44,7 @@ class Options:
     prefetch: bool = True              # a file's first xattr read starts the disk read of its data
     dircache: bool = True              # directories open without a request; the kernel caches listings
     filecache: bool = True             # files open without a request (no OPEN, no RELEASE)
+    xattrcache: bool = True            # getxattr answered in C from the xattrs last read
     xattrs_in_memory: bool = True      # off: checkpointed xattr values are read from the catalog
     debug: bool = False                # log every request
 

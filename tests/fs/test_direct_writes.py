@@ -16,18 +16,18 @@ import os
 import pytest
 
 from fsutil import raises_errno, read_file, write_file
-from mounts import mounted, requests_served, stats
+from mounts import mounted, requests_received, stats
 
 
 def _writes_and_capability_probes(mnt, open_flags: int) -> tuple[int, int]:
-    before = requests_served(mnt)
+    before = requests_received(mnt)
     fd = os.open(mnt / "f", open_flags, 0o644)
     try:
         for i in range(20):
             os.pwrite(fd, bytes([i]) * 65536, i * 65536)
     finally:
         os.close(fd)
-    after = requests_served(mnt)
+    after = requests_received(mnt)
     return (after.get("write", 0) - before.get("write", 0),
             after.get("getxattr", 0) - before.get("getxattr", 0))
 

@@ -14,7 +14,7 @@ import subprocess
 import time
 
 from fsutil import as_user, read_file, write_file
-from mounts import PACKFS, mounted, requests_served, stats
+from mounts import PACKFS, mounted, requests_received, requests_served, stats
 
 
 def _grown(before: dict[str, int], after: dict[str, int], op: str) -> int:
@@ -47,12 +47,12 @@ def test_files_open_without_a_request_and_reads_are_cached(mnt):
     assert "files          open without a request" in shown
     data = os.urandom(10000)
     _put(mnt / "obj", data)
-    before = requests_served(mnt)
+    before = requests_received(mnt)
     assert _swift_get(mnt / "obj") == data
-    middle = requests_served(mnt)
+    middle = requests_received(mnt)
     for _ in range(5):
         assert _swift_get(mnt / "obj") == data
-    after = requests_served(mnt)
+    after = requests_received(mnt)
     for op in ("open", "release"):
         assert _grown(before, after, op) == 0
     assert _grown(before, middle, "read") >= 1

@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from fsutil import as_user, write_file
-from mounts import mounted, requests_served, stats
+from mounts import mounted, requests_received, stats
 
 MODES = ["", "writeback_cache,nodirect_writes"]
 
@@ -47,13 +47,13 @@ def test_writes_and_truncates_by_another_user_take_set_id_bits(tmp_path, options
 def test_a_cached_stream_asks_for_capabilities_once(tmp_path):
     with mounted(tmp_path / "pack", tmp_path / "mnt", "writeback_cache,nodirect_writes") as m:
         assert stats(m)["killpriv_v2"] is True
-        before = requests_served(m)
+        before = requests_received(m)
         data = os.urandom(64 << 10)
         with open(m / "stream", "wb") as f:
             for _ in range(64):
                 f.write(data)
             os.fsync(f.fileno())
-        after = requests_served(m)
+        after = requests_received(m)
         assert after.get("getxattr", 0) - before.get("getxattr", 0) <= 1
         assert 0 < after["write"] - before.get("write", 0) < 64  # the kernel gathered the 64 KiB writes
         assert (m / "stream").read_bytes() == data * 64

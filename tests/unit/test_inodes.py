@@ -448,3 +448,21 @@ def test_xattr_references_past_u32_make_the_column_i64(monkeypatch, how):
             assert t.compress_xattrs() is False and t.xat[5] > 1
     assert t.xat.typecode == "q"
     assert {ino: t.plain_xattrs(ino) for ino in expected} == {ino: plain(x) for ino, x in expected.items()}
+
+
+def test_the_table_tells_of_every_xattr_change_and_every_inode_that_goes(ns):
+    """The FUSE adapter's copies of xattrs (fuseshim.cache_xattrs) rely on it."""
+    told: list[int] = []
+    ns.table.xattrs_changed = told.append
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    ns.setxattr(f.ino, b"user.a", b"1")
+    ns.setxattr(f.ino, b"user.b", b"2")
+    ns.removexattr(f.ino, b"user.a")
+    assert told == [f.ino] * 3
+    assert ns.plain_xattrs(f.ino) == pack_xattrs({b"user.b": b"2"}, compress=False)
+    ns.table.compress_xattrs()  # the same values in another form: nothing to tell
+    assert told == [f.ino] * 3
+    ns.unlink(ROOT, b"f")
+    assert ns.release(f)
+    assert told == [f.ino] * 4
+    assert ns.plain_xattrs(ns.create(ROOT, b"g", REG, 0, 0).ino) == b""
