@@ -202,9 +202,10 @@ static void getxattr_cached(fuse_req_t req, fuse_ino_t ino, const char *name, si
     size_t want = strlen(name);
     while (end - p >= 6) {
         size_t nlen = le(p, 2), vlen = le(p + 2, 4);
-        const unsigned char *n = p + 6, *v = n + nlen;
+        const unsigned char *n = p + 6;
         if ((size_t)(end - n) < nlen + vlen)
             break; /* cannot happen (packfs made the blob): let packfs answer */
+        const unsigned char *v = n + nlen;
         if (nlen == want && memcmp(n, name, nlen) == 0) {
             xattrs_answered++;
             if (size == 0)
