@@ -188,7 +188,7 @@ class ScaleBench:
             self._add("scale.rss_per_file.built", t, (rss - rss_empty) / self.n,
                       label=f"packfs daemon RSS per stored file at {self.nk}, after the build (before remount)",
                       unit="B/file", better="lower", absolute=True, minor=True)
-            self.memory_parts(t, "after the build")
+            self.memory_parts(t, built=True)
         t.umount()
         drop_caches()
         sec = t.mount()
@@ -202,16 +202,16 @@ class ScaleBench:
                 self._add("scale.rss_per_file.mount", t, (rss - rss_empty) / self.n,
                           label=f"packfs daemon RSS per stored file at {self.nk}, right after mount",
                           unit="B/file", better="lower", absolute=True, minor=True)
-            self.memory_parts(t, "right after mount")
+            self.memory_parts(t, built=False)
         log(msg)
 
-    def memory_parts(self, t, when: str) -> None:
+    def memory_parts(self, t, built: bool) -> None:
         """Where the daemon's memory per stored object goes, from `packfs stats`: the inode
         columns, the names and xattr arenas (each with its free space), and inodes per object.
         After the build it also counts the unlinked inodes still held (a leak would show there:
         a remount drops them)."""
         st = t.stats()
-        tag = "" if when == "right after mount" else ".built"
+        when, tag = ("after the build", ".built") if built else ("right after mount", "")
         parts = {"inode columns": st["column_bytes"], "names arena": st["arena_bytes"]["names"],
                  "xattr arena": st["arena_bytes"]["xattrs"]}
         for what, size in parts.items():
@@ -221,7 +221,7 @@ class ScaleBench:
         self._add(f"scale.memory.inodes{tag}", t, st["inodes"] / self.n,
                   label=f"packfs inodes per stored file at {self.nk}, {when}", unit="inodes", better="lower",
                   absolute=True, minor=True)
-        if tag:
+        if built:
             held = st["unlinked_in_use"]
             self._add("scale.memory.unlinked_in_use.built", t, held["open"] + held["kernel_only"],
                       label=f"packfs unlinked inodes still held at {self.nk}, {when}", unit="inodes",
