@@ -72,7 +72,7 @@ class Filesystem:
         nursery.start_soon(self.volumes.run)
         nursery.start_soon(self.volumes.run_preallocator)
         nursery.start_soon(self.journal.run_checkpointer)
-        nursery.start_soon(self.journal.run_committer)
+        nursery.start_soon(self.journal.run_committer, self.options.commit_interval)
         nursery.start_soon(self.journal.run_xattr_compressor)
         if self.pack.recovery.changed:
             await self.journal.checkpoint()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import logging
 import marshal
+import math
 import time
 from typing import Any, Awaitable, Callable, TypeVar
 
@@ -169,19 +170,31 @@ class Journal:
             self.checkpoints += 1
             self.last_checkpoint_seconds = time.monotonic() - started
 
-    async def run_committer(self) -> None:
-        """Background task: commit once many changes wait for an fsync that has not come.
+    async def run_committer(self, interval: float) -> None:
+        """Background task: commit what no fsync has, once COMMIT_INODES inodes changed or
+        every `interval` seconds (0: never on a timer).
 
-        Nothing asks for their durability; this only bounds a commit's size (its META
-        record and the memory to build it) and the replay after a crash. Never on a timer.
+        Nothing asks for that durability. The count bounds a commit's size (its META record
+        and the memory to build it) and the replay after a crash. The interval bounds how
+        old a change can be and still be lost when the daemon or the machine dies: without
+        it, files nobody fsyncs (rsync's replication, an operator's copy) stayed in memory
+        until some fsync came, on an idle disk for ever. ext4 commits every 5 s, XFS's log
+        and the kernel's writeback every 30 s. No request waits on this timer.
         """
+        failed = ""  # the last failure logged, so a full or broken disk logs it once
         while True:
-            await self._commit_wanted.wait()
+            with trio.move_on_after(interval or math.inf):
+                await self._commit_wanted.wait()
             self._commit_wanted = trio.Event()
+            if self.volumes.broken or not (self.ns.journal_changes or self.wb.dirty):
+                continue
             try:
                 await self.commit()
+                failed = ""
             except FsError as e:
-                log.warning("background commit failed: %s", e)
+                if str(e) != failed:
+                    log.warning("background commit failed: %s", e)
+                failed = str(e)
 
     async def run_xattr_compressor(self) -> None:
         """Background task: compress the xattrs setxattr (or a replay) stored plain, a slice

@@ -1,6 +1,7 @@
 """Mount options: parsing, defaults and their documentation in one place."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, fields
 
@@ -32,6 +33,7 @@ class Options:
     max_dirty: int = 256 << 20         # unflushed bytes per mount before writers wait
     volume_size: int = 4 << 30         # roll over to a new volume file past this size
     checkpoint_bytes: int = 1 << 30    # checkpoint the catalog after this much log
+    commit_interval: float = 5.0       # commit what no fsync has after this many seconds (0: never)
     cache_size: int = 64 << 20         # verified-record read cache
     entry_timeout: float = 300.0       # kernel dentry cache lifetime (packfs is the only writer)
     attr_timeout: float = 300.0        # kernel attribute cache lifetime
@@ -71,6 +73,8 @@ class Options:
             raise OptionError("disk_chunk_size must be at most 64M")
         if opts.busy_poll_us < 0:
             raise OptionError("busy_poll_us must be 0 (off) or a positive number of microseconds")
+        if not 0 <= opts.commit_interval < math.inf:
+            raise OptionError("commit_interval must be 0 (off) or a number of seconds")
         if opts.drain < 0:
             raise OptionError("drain must be 0 (off) or a positive number of requests")
         if opts.max_dirty < 2 * opts.disk_chunk_size:

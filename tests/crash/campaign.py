@@ -102,6 +102,7 @@ def options(seed: int = 0) -> Options:
     o.volume_size = 384 * KiB         # volume roll-overs happen
     o.checkpoint_bytes = 128 * KiB if seed % 2 else 1 << 40
     o.cache_size = 32 * KiB
+    o.commit_interval = 0          # a seed's trace must not depend on the clock
     return o
 
 

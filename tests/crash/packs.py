@@ -36,6 +36,7 @@ def small_options(**kw: Any) -> Options:
     o.volume_size = 1 << 20
     o.checkpoint_bytes = 1 << 40
     o.cache_size = 0
+    o.commit_interval = 0  # what a test leaves uncommitted stays so, however slow the machine
     for k, v in kw.items():
         setattr(o, k, v)
     return o

@@ -13,8 +13,8 @@ import threading
 import time
 import traceback
 
-from fsutil import read_file
-from mounts import daemon_pid, is_mounted, kill9, mounted
+from fsutil import read_file, write_file
+from mounts import daemon_pid, is_mounted, kill9, mounted, stats
 
 KiB = 1 << 10
 
@@ -262,3 +262,32 @@ def test_kill9_keeps_fsynced_metadata(tmp_path, packdir):
     assert after.keys() == before.keys()
     for name in before:
         assert after[name] == before[name], name
+
+
+def _commits_after(mnt, since: int, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while (n := stats(mnt)["commits"]) <= since and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return n
+
+
+def test_kill9_keeps_what_the_commit_interval_committed(tmp_path, packdir):
+    """Files nobody fsyncs (rsync's replication, an operator's copy) are committed once
+    `commit_interval` has passed, so the daemon's death loses at most that much; with
+    commit_interval=0 no commit comes without an fsync."""
+    mnt = tmp_path / "mnt"
+    files = {f"objects/7/a3f/{i:032x}/1700000000.{i:05d}.data": content(f"unsynced-{i}") for i in range(20)}
+    with mounted(packdir, mnt, "commit_interval=0.5"):
+        for rel, data in files.items():
+            (mnt / rel).parent.mkdir(parents=True, exist_ok=True)
+            write_file(mnt / rel, data)  # no fsync, of the file or of any directory
+        written = stats(mnt)["commits"]
+        assert _commits_after(mnt, written, timeout=30) > written, "no commit came within 30 s"
+        time.sleep(0.5)  # the commit's flush (its count goes up when it is queued)
+        kill9(packdir, mnt)
+    with mounted(packdir, mnt, "commit_interval=0"):
+        for rel, data in files.items():
+            assert read_file(mnt / rel) == data, f"{rel}: written, committed by the interval, lost by kill -9"
+        (mnt / "later").write_bytes(b"x" * 5000)
+        idle = stats(mnt)["commits"]
+        assert _commits_after(mnt, idle, timeout=2.0) == idle, "commit_interval=0 still committed on a timer"

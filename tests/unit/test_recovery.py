@@ -6,6 +6,7 @@ volumes hold every record the appender wrote after it.
 """
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -31,14 +32,15 @@ def open_pack(path: Path) -> packmod.Pack:
 
 
 def run(path: Path, body: Callable[[Filesystem], Awaitable[None]], clean: bool,
-        save_image: bool = False) -> packmod.Pack:
+        save_image: bool = False, commit_interval: float = 0) -> packmod.Pack:
     """Open the pack, run body on a started Filesystem, then close cleanly or crash.
 
-    save_image: after a clean close, leave a namespace image, as the daemon does."""
+    save_image: after a clean close, leave a namespace image, as the daemon does.
+    commit_interval: off unless asked for, so what a test leaves uncommitted stays so."""
     p = open_pack(path)
 
     async def main() -> None:
-        fs = Filesystem(p, Options())
+        fs = Filesystem(p, Options(commit_interval=commit_interval))
         async with trio.open_nursery() as nursery:
             await fs.start(nursery)
             await body(fs)
@@ -323,8 +325,6 @@ def test_a_format_1_pack_is_upgraded_in_place_when_opened(packdir):
 def test_a_commit_bigger_than_the_prepared_space_is_never_zeroed(packdir, monkeypatch):
     """A META past the preallocated space extends the volume; later growth (in the
     background or for a writer) must not write zeros over it or over what follows."""
-    import os
-
     from packfs import volumes as V
     monkeypatch.setattr(V, "PREALLOC_STEP", 256 << 10)
     monkeypatch.setattr(V, "PREALLOC_AHEAD", 1 << 20)
@@ -372,6 +372,32 @@ def test_many_changes_without_fsync_are_committed_in_bounded_pieces(packdir):
     finally:
         p.volumes.close()
         p.catalog.close()
+
+
+def test_changes_nobody_fsyncs_are_committed_within_the_interval(packdir):
+    data = os.urandom(300_000)
+
+    async def body(fs: Filesystem) -> None:
+        top = fs.create(ROOT, b"rsynced", DIR, 0, 0)
+        await write_file(fs, top.ino, b"obj.data", data)
+        fs.setxattr(fs.lookup(top.ino, b"obj.data").ino, b"user.k", b"v")
+        assert fs.journal.commits == 0
+        with trio.fail_after(30):
+            while fs.journal.commits == 0:
+                await trio.sleep(0.01)  # nobody calls fsync: the interval commits
+        assert not fs.ns.journal_changes and not fs.wb.dirty
+        await fs.volumes.wait_durable(fs.volumes.last_ticket)  # as the committer itself waits
+        await trio.sleep(0.3)  # three more intervals: nothing changed, so no empty commit
+        assert fs.journal.commits == 1
+
+    run(packdir, body, clean=False, commit_interval=0.1)
+
+    async def check(fs: Filesystem) -> None:
+        node = fs.lookup(fs.lookup(ROOT, b"rsynced").ino, b"obj.data")
+        assert await read_all(fs, node.ino) == data
+        assert fs.getxattr(node.ino, b"user.k") == b"v"
+
+    run(packdir, check, clean=True)
 
 
 SWIFT_META = b"\x80\x02}q\x00(X\x04\x00\x00\x00nameq\x01X\x0e\x00\x00\x00/AUTH_test/c/o" + b"X-Timestamp" * 20

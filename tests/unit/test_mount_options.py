@@ -1,0 +1,19 @@
+"""Mount option parsing: values, units, and a clear error for what cannot be right."""
+from __future__ import annotations
+
+import pytest
+
+from packfs.options import OptionError, Options
+
+
+def test_commit_interval_takes_seconds_and_zero_turns_it_off():
+    assert Options.parse(None).commit_interval == 5.0  # ext4's commit=5
+    assert Options.parse("commit_interval=0.5").commit_interval == 0.5
+    assert Options.parse("commit_interval=0").commit_interval == 0
+
+
+@pytest.mark.parametrize("bad", ["commit_interval=-1", "commit_interval=nan", "commit_interval=inf",
+                                 "commit_interval=", "commit_interval=soon"])
+def test_a_commit_interval_that_cannot_be_right_is_refused(bad):
+    with pytest.raises(OptionError, match="commit_interval"):
+        Options.parse(bad)
