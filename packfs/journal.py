@@ -33,6 +33,10 @@ from .writeback import WriteBehind
 log = logging.getLogger(__name__)
 
 MARSHAL_VERSION = 4
+# A quiet disk (a commit interval without a commit) checkpoints if this many inodes changed
+# or this many records died since the last checkpoint.
+QUIET_CHECKPOINT_INODES = 10_000
+QUIET_CHECKPOINT_FREES = 1_000
 T = TypeVar("T")
 
 
@@ -82,6 +86,10 @@ def snapshot(ns: Namespace, changes: Changes) -> tuple[list, list, list, list]:
     return rows, removed, dirents, refs
 
 
+async def _nothing() -> None:
+    pass
+
+
 class Journal:
     def __init__(self, ns: Namespace, volumes: Volumes, wb: WriteBehind, catalog: Catalog,
                  checkpoint_bytes: int, replayed: list[ext.RecordKey]) -> None:
@@ -97,6 +105,11 @@ class Journal:
         self._commit_wanted = trio.Event()
         self._compress_wanted = trio.Event()
         ns.on_many_changes = lambda: self._commit_wanted.set()
+        # Awaited once the store has freed much memory: after a checkpoint (the change sets
+        # it wrote) and when the disk goes quiet after commits (their buffers). The daemon
+        # hands the freed heap back to the kernel then.
+        self.on_memory_freed: Callable[[], Awaitable[None]] = _nothing
+        self._commits_freed = 0  # self.commits when on_memory_freed was last awaited
         self.commits = 0
         self.checkpoints = 0
         self.last_checkpoint_seconds = 0.0
@@ -169,10 +182,15 @@ class Journal:
             await self.volumes.punch(frees + metas, position["volume"])
             self.checkpoints += 1
             self.last_checkpoint_seconds = time.monotonic() - started
+        await self._memory_freed()
+
+    async def _memory_freed(self) -> None:
+        self._commits_freed = self.commits
+        await self.on_memory_freed()
 
     async def run_committer(self, interval: float) -> None:
         """Background task: commit what no fsync has, once COMMIT_INODES inodes changed or
-        every `interval` seconds (0: never on a timer).
+        every `interval` seconds (0: never on a timer); tidy up once the disk is quiet.
 
         Nothing asks for that durability. The count bounds a commit's size (its META record
         and the memory to build it) and the replay after a crash. The interval bounds how
@@ -182,19 +200,37 @@ class Journal:
         and the kernel's writeback every 30 s. No request waits on this timer.
         """
         failed = ""  # the last failure logged, so a full or broken disk logs it once
+        seen = self.commits  # at the previous turn
         while True:
+            ticked = True
             with trio.move_on_after(interval or math.inf):
                 await self._commit_wanted.wait()
+                ticked = False
             self._commit_wanted = trio.Event()
-            if self.volumes.broken or not (self.ns.journal_changes or self.wb.dirty):
+            if self.volumes.broken:
                 continue
-            try:
-                await self.commit()
-                failed = ""
-            except FsError as e:
-                if str(e) != failed:
-                    log.warning("background commit failed: %s", e)
-                failed = str(e)
+            if self.ns.journal_changes or self.wb.dirty:
+                try:
+                    await self.commit()
+                    failed = ""
+                except FsError as e:
+                    if str(e) != failed:
+                        log.warning("background commit failed: %s", e)
+                    failed = str(e)
+            elif ticked and self.commits == seen:
+                await self._quiet()
+            seen = self.commits
+
+    async def _quiet(self) -> None:
+        """A whole interval went by without a commit. Checkpoint if many changes or dead
+        records wait for one: the change sets (~250 B of memory per changed inode, kept
+        until a checkpoint writes them) and the dead records' disk space go back now, not
+        after `checkpoint_bytes` more of log. Else hand back what the commits freed."""
+        if len(self.ns.catalog_changes.inodes) >= QUIET_CHECKPOINT_INODES or \
+                len(self.ns.frees) >= QUIET_CHECKPOINT_FREES:
+            self._checkpoint_wanted.set()  # the checkpoint hands its memory back after it
+        elif self.commits != self._commits_freed:
+            await self._memory_freed()
 
     async def run_xattr_compressor(self) -> None:
         """Background task: compress the xattrs setxattr (or a replay) stored plain, a slice

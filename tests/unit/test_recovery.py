@@ -400,6 +400,69 @@ def test_changes_nobody_fsyncs_are_committed_within_the_interval(packdir):
     run(packdir, check, clean=True)
 
 
+def test_the_store_says_when_it_has_freed_memory(packdir):
+    """After a checkpoint, and at the first quiet interval after commits (the daemon hands
+    its heap back to the kernel then), not at every idle interval."""
+    async def body(fs: Filesystem) -> None:
+        freed: list[int] = []
+
+        async def note() -> None:
+            freed.append(fs.journal.commits)
+
+        fs.journal.on_memory_freed = note
+        await write_file(fs, ROOT, b"a", b"x" * 5000)
+        await fs.fsync()
+        with trio.fail_after(30):
+            while not freed:
+                await trio.sleep(0.01)
+        await trio.sleep(0.3)  # six more quiet intervals
+        assert freed == [1]
+        await fs.journal.checkpoint()
+        assert freed == [1, 1]
+
+    run(packdir, body, clean=True, commit_interval=0.05)
+
+
+def test_a_quiet_disk_checkpoints_once_enough_waits_for_it(packdir, monkeypatch):
+    """A commit interval without a commit checkpoints if QUIET_CHECKPOINT_INODES changed
+    inodes or QUIET_CHECKPOINT_FREES dead records wait; fewer wait for the next one."""
+    from packfs import journal
+    monkeypatch.setattr(journal, "QUIET_CHECKPOINT_INODES", 50)
+    monkeypatch.setattr(journal, "QUIET_CHECKPOINT_FREES", 2)
+
+    async def checkpoints(fs: Filesystem, n: int) -> None:
+        with trio.fail_after(30):
+            while fs.journal.checkpoints < n:
+                await trio.sleep(0.01)
+
+    async def body(fs: Filesystem) -> None:
+        top = fs.create(ROOT, b"d", DIR, 0, 0)
+        for i in range(60):
+            fs.create(top.ino, b"f%d" % i, REG, 0, 0)
+        await write_file(fs, ROOT, b"x", b"x" * 5000)
+        await write_file(fs, ROOT, b"y", b"y" * 5000)
+        await fs.fsync()
+        await checkpoints(fs, 1)
+        assert not fs.ns.catalog_changes
+        fs.unlink(ROOT, b"x")
+        await fs.fsync()
+        await trio.sleep(0.5)  # ten quiet intervals: one dead record and two inodes wait
+        assert fs.journal.checkpoints == 1 and len(fs.ns.frees) == 1
+        fs.unlink(ROOT, b"y")
+        await fs.fsync()
+        await checkpoints(fs, 2)  # two dead records: punched now
+        assert not fs.ns.frees
+
+    run(packdir, body, clean=False, commit_interval=0.05)
+    p = open_pack(packdir)
+    try:
+        assert p.recovery.replayed == 0  # the quiet checkpoints covered every commit
+        assert len(p.ns.listdir(p.ns.lookup(ROOT, b"d").ino)) == 60
+    finally:
+        p.volumes.close()
+        p.catalog.close()
+
+
 SWIFT_META = b"\x80\x02}q\x00(X\x04\x00\x00\x00nameq\x01X\x0e\x00\x00\x00/AUTH_test/c/o" + b"X-Timestamp" * 20
 
 
