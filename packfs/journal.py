@@ -26,7 +26,8 @@ from . import extents as ext
 from . import records
 from .catalog import Catalog
 from .errors import FsError
-from .namespace import Changes, Namespace
+from .changes import Changes
+from .namespace import Namespace
 from .volumes import Volumes
 from .writeback import WriteBehind
 
@@ -54,7 +55,7 @@ def durable_position(payload: bytes) -> tuple[int, int]:
 def apply(ns: Namespace, payload: bytes) -> None:
     """Replay one META payload onto the namespace (recovery)."""
     rows, removed, dirents, refs, next_ino = marshal.loads(payload)[:5]
-    changed = ns.catalog_changes
+    changed = Changes()
     for row in rows:
         ns.load_inode(row)
         changed.inodes.add(row[0])
@@ -70,6 +71,7 @@ def apply(ns: Namespace, payload: bytes) -> None:
     for ino in removed:
         ns.drop_inode(ino)
         changed.inodes.add(ino)
+    ns.catalog_changes.merge(changed)
     ns.next_ino = max(ns.next_ino, next_ino)
 
 
@@ -141,7 +143,7 @@ class Journal:
             self.volumes.write_now()
         await self.volumes.wait_durable(self.volumes.last_ticket)
         if self.volumes.appended - self._appended_at_checkpoint > self.checkpoint_bytes or \
-                len(self.ns.catalog_changes.inodes) > 200_000 or len(self.ns.frees) > 4096:
+                self.ns.catalog_changes.inode_count > 200_000 or len(self.ns.frees) > 4096:
             self._checkpoint_wanted.set()
 
     async def reclaiming(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
@@ -226,7 +228,7 @@ class Journal:
         records wait for one: the change sets (~250 B of memory per changed inode, kept
         until a checkpoint writes them) and the dead records' disk space go back now, not
         after `checkpoint_bytes` more of log. Else hand back what the commits freed."""
-        if len(self.ns.catalog_changes.inodes) >= QUIET_CHECKPOINT_INODES or \
+        if self.ns.catalog_changes.inode_count >= QUIET_CHECKPOINT_INODES or \
                 len(self.ns.frees) >= QUIET_CHECKPOINT_FREES:
             self._checkpoint_wanted.set()  # the checkpoint hands its memory back after it
         elif self.commits != self._commits_freed:

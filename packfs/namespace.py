@@ -15,6 +15,7 @@ import time
 from typing import Callable, Iterable, Iterator
 
 from . import extents as ext
+from .changes import Changes, PendingChanges
 from .errors import FsError, enoent
 from .inodes import INO_MAX, ROOT, Inode, InodeRow, InodeTable
 from .xattrblob import XATTRS_MAX, packed_size
@@ -27,25 +28,6 @@ RENAME_EXCHANGE = 2
 COMMIT_INODES = 20_000  # changed inodes that make the journal commit without an fsync (a stage of 20k takes ~60 ms)
 
 
-class Changes:
-    """What changed since someone last took it: inodes, directory entries, record refs."""
-
-    __slots__ = ("inodes", "dirents", "refs")
-
-    def __init__(self) -> None:
-        self.inodes: set[int] = set()
-        self.dirents: set[tuple[int, bytes]] = set()
-        self.refs: set[ext.RecordKey] = set()
-
-    def __bool__(self) -> bool:
-        return bool(self.inodes or self.dirents or self.refs)
-
-    def merge(self, other: "Changes") -> None:
-        self.inodes |= other.inodes
-        self.dirents |= other.dirents
-        self.refs |= other.refs
-
-
 class Namespace:
     def __init__(self) -> None:
         self.table = InodeTable()
@@ -55,7 +37,7 @@ class Namespace:
         # Records no extent refers to any more; punched once that fact is durable.
         self.frees: list[ext.RecordKey] = []
         self.journal_changes = Changes()
-        self.catalog_changes = Changes()
+        self.catalog_changes = PendingChanges()
         # Called once COMMIT_INODES inodes changed since the last commit (the journal
         # then commits in the background, so no single commit grows without bound).
         self.on_many_changes: Callable[[], None] = lambda: None
@@ -112,8 +94,8 @@ class Namespace:
         return taken
 
     def take_catalog_changes(self) -> Changes:
-        taken, self.catalog_changes = self.catalog_changes, Changes()
-        return taken
+        taken, self.catalog_changes = self.catalog_changes, PendingChanges()
+        return taken.changes()
 
     def take_frees(self) -> list[ext.RecordKey]:
         taken, self.frees = self.frees, []

@@ -224,7 +224,7 @@ def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq:
         if node is None or key not in live[owner]:
             ns.frees.append(key)
             freed.add(key)
-    ns.catalog_changes.merge(ns.take_journal_changes())
+    ns.take_journal_changes()  # into the catalog's pending changes
     volumes.open_tail(end_vol, end_off, seq)
     rec.seconds = time.monotonic() - began
     return rec

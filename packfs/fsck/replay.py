@@ -151,4 +151,4 @@ def commits_after(scan: Scan, end: tuple[int, int], vols: Volumes, disk: Disk) -
 def release_orphans(ns: Namespace) -> None:
     for ino in ns.table.nameless():
         ns.release(ns.get(ino))
-    ns.catalog_changes.merge(ns.take_journal_changes())
+    ns.take_journal_changes()  # into the catalog's pending changes
