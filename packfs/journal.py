@@ -225,9 +225,9 @@ class Journal:
 
     async def _quiet(self) -> None:
         """A whole interval went by without a commit. Checkpoint if many changes or dead
-        records wait for one: the change sets (~250 B of memory per changed inode, kept
-        until a checkpoint writes them) and the dead records' disk space go back now, not
-        after `checkpoint_bytes` more of log. Else hand back what the commits freed."""
+        records wait for one: the dead records' disk space and the pending changes' memory
+        come back now, and a crash replays less, rather than after `checkpoint_bytes` more
+        of log. Else hand back the memory the commits freed."""
         if self.ns.catalog_changes.inode_count >= QUIET_CHECKPOINT_INODES or \
                 len(self.ns.frees) >= QUIET_CHECKPOINT_FREES:
             self._checkpoint_wanted.set()  # the checkpoint hands its memory back after it
@@ -247,11 +247,16 @@ class Journal:
                 self.ns.table.next_compress_turn()
 
     async def run_checkpointer(self) -> None:
-        """Background task: checkpoint whenever the log has grown enough (never on a timer)."""
+        """Background task: checkpoint when a commit finds the log grown by `checkpoint_bytes`
+        or many changes or dead records waiting, or a quiet disk finds enough (`_quiet`)."""
+        failed = ""  # the last failure logged: a quiet disk asks again every interval
         while True:
             await self._checkpoint_wanted.wait()
             self._checkpoint_wanted = trio.Event()
             try:
                 await self.checkpoint()
-            except Exception:
-                log.exception("checkpoint failed; will retry after the next commit")
+                failed = ""
+            except Exception as e:
+                if repr(e) != failed:
+                    log.exception("checkpoint failed; will retry at the next commit or quiet interval")
+                failed = repr(e)

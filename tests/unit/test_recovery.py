@@ -463,6 +463,43 @@ def test_a_quiet_disk_checkpoints_once_enough_waits_for_it(packdir, monkeypatch)
         p.catalog.close()
 
 
+def test_a_failing_checkpoint_on_a_quiet_disk_is_logged_once_and_retried(packdir, monkeypatch, caplog):
+    from packfs import journal
+    monkeypatch.setattr(journal, "QUIET_CHECKPOINT_INODES", 5)
+
+    async def body(fs: Filesystem) -> None:
+        attempts = []
+        real = fs.journal.catalog.checkpoint
+
+        def failing(*args):
+            attempts.append(1)
+            raise OSError(5, "the catalog's disk is gone")
+
+        fs.journal.catalog.checkpoint = failing
+        top = fs.create(ROOT, b"d", DIR, 0, 0)
+        for i in range(10):
+            fs.create(top.ino, b"f%d" % i, REG, 0, 0)
+        await fs.fsync()
+        with trio.fail_after(30):
+            while len(attempts) < 3:
+                await trio.sleep(0.01)  # every quiet interval tries again
+        fs.journal.catalog.checkpoint = real
+        with trio.fail_after(30):
+            while fs.journal.checkpoints == 0:
+                await trio.sleep(0.01)
+        assert not fs.ns.catalog_changes  # what the failed ones took went into this one
+
+    run(packdir, body, clean=False, commit_interval=0.02)
+    assert sum("checkpoint failed" in r.getMessage() for r in caplog.records) == 1
+    p = open_pack(packdir)
+    try:
+        assert p.recovery.replayed == 0
+        assert len(p.ns.listdir(p.ns.lookup(ROOT, b"d").ino)) == 10
+    finally:
+        p.volumes.close()
+        p.catalog.close()
+
+
 SWIFT_META = b"\x80\x02}q\x00(X\x04\x00\x00\x00nameq\x01X\x0e\x00\x00\x00/AUTH_test/c/o" + b"X-Timestamp" * 20
 
 
