@@ -69,10 +69,14 @@ class PendingChanges:
     def changes(self) -> Changes:
         out = Changes()
         out.inodes = set(self.inodes)
-        names, pos, dirents = self.names, 0, out.dirents
+        names, pos, dirents = bytes(self.names), 0, out.dirents
         for parent in self.parents:
-            n, pos = varint.decode(names, pos)
-            dirents.add((parent, bytes(names[pos:pos + n])))
+            n = names[pos]
+            if n < 0x80:  # a name shorter than 128 bytes: its length in one byte
+                pos += 1
+            else:
+                n, pos = varint.decode(names, pos)
+            dirents.add((parent, names[pos:pos + n]))
             pos += n
         out.refs = set(self.refs)
         return out
