@@ -201,7 +201,7 @@ class Journal:
         until some fsync came, on an idle disk for ever. ext4 commits every 5 s, XFS's log
         and the kernel's writeback every 30 s. No request waits on this timer.
         """
-        failed = ""  # the last failure logged, so a full or broken disk logs it once
+        failed = ""  # the last failure logged, so a full disk logs it once
         seen = self.commits  # at the previous turn
         while True:
             ticked = True
