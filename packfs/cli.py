@@ -213,6 +213,10 @@ def format_stats(s: dict) -> str:
         f"commits        {s['commits']:>12,}   device flushes {s['device_flushes']:,} "
         f"({s['device_flushes_on_loop']:,} by a lone fsync on the event loop), "
         f"writes {s['device_writes']:,}, checkpoints {s['checkpoints']:,}",
+        f"uncommitted    {s['uncommitted_inodes']:>12,}   inodes changed since the last commit"
+        + (f" ({s['seconds_since_commit']:.1f} s ago)" if s["seconds_since_commit"] is not None else "")
+        + f", {_size(s['dirty_bytes'])} of data buffered; {s['pending_checkpoint_inodes']:,} inode changes "
+        "wait for the next checkpoint",
         "log writer     " + ("a C thread (never takes the GIL)" if s.get("log_writer") == "c"
                             else "a Python thread (the C part, packfs/_logwriter.c, is not built)"),
         f"event loop     {s['fuse_waits_skipped']:>12,}   requests read without a wait (drain), "

@@ -267,6 +267,10 @@ class Filesystem:
             "device_flushes": v.flushes, "device_flushes_on_loop": v.flushes_on_loop, "log_writer": v.writer_kind,
             "device_reads_waited": v.reads_waited, "prefetches": v.prefetches,
             "commits": self.journal.commits,
+            "seconds_since_commit": round(time.monotonic() - self.journal.committed_at, 1)
+            if self.journal.commits else None,
+            "uncommitted_inodes": len(self.ns.journal_changes.inodes),  # changed since the last commit
+            "pending_checkpoint_inodes": self.ns.catalog_changes.inode_count,  # once per commit
             "checkpoints": self.journal.checkpoints,
             "last_checkpoint_seconds": round(self.journal.last_checkpoint_seconds, 3),
             "dirty_bytes": self.wb.dirty_bytes,

@@ -113,6 +113,7 @@ class Journal:
         self.on_memory_freed: Callable[[], Awaitable[None]] = _nothing
         self._commits_freed = 0  # self.commits when on_memory_freed was last awaited
         self.commits = 0
+        self.committed_at = 0.0  # time.monotonic() of the last commit, 0 before the first
         self.checkpoints = 0
         self.last_checkpoint_seconds = 0.0
 
@@ -127,6 +128,7 @@ class Journal:
                 vol, off, _ = self.volumes.append(records.META, 0, 0, payload, sync=True)
                 self._metas.append((vol, off, len(payload)))
                 self.commits += 1
+                self.committed_at = time.monotonic()
 
     @property
     def pending_metas(self) -> list[ext.RecordKey]:

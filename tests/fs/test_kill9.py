@@ -9,12 +9,13 @@ import errno
 import hashlib
 import os
 import random
+import subprocess
 import threading
 import time
 import traceback
 
 from fsutil import read_file, write_file
-from mounts import daemon_pid, is_mounted, kill9, mounted, stats
+from mounts import PACKFS, daemon_pid, is_mounted, kill9, mounted, stats
 
 KiB = 1 << 10
 
@@ -284,6 +285,7 @@ def test_kill9_keeps_what_the_commit_interval_committed(tmp_path, packdir):
         written = stats(mnt)["commits"]
         assert _commits_after(mnt, written, timeout=30) > written, "no commit came within 30 s"
         time.sleep(0.5)  # the commit's flush (its count goes up when it is queued)
+        assert stats(mnt)["uncommitted_inodes"] == 0
         kill9(packdir, mnt)
     with mounted(packdir, mnt, "commit_interval=0"):
         for rel, data in files.items():
@@ -291,3 +293,8 @@ def test_kill9_keeps_what_the_commit_interval_committed(tmp_path, packdir):
         (mnt / "later").write_bytes(b"x" * 5000)
         idle = stats(mnt)["commits"]
         assert _commits_after(mnt, idle, timeout=2.0) == idle, "commit_interval=0 still committed on a timer"
+        s = stats(mnt)
+        assert s["uncommitted_inodes"] >= 2  # the file and its directory
+        assert s["seconds_since_commit"] is None or s["seconds_since_commit"] >= 2.0  # none in this mount, or not since
+        shown = subprocess.run([*PACKFS, "stats", str(mnt)], check=True, capture_output=True, text=True).stdout
+        assert f"{s['uncommitted_inodes']:>12,}   inodes changed since the last commit" in shown, shown
