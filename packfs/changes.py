@@ -31,11 +31,6 @@ class Changes:
     def __bool__(self) -> bool:
         return bool(self.inodes or self.dirents or self.refs)
 
-    def merge(self, other: "Changes") -> None:
-        self.inodes |= other.inodes
-        self.dirents |= other.dirents
-        self.refs |= other.refs
-
 
 class PendingChanges:
     """Every commit's Changes since the last checkpoint, appended packed; `changes()`
