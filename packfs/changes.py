@@ -13,6 +13,7 @@ are packed: 4 B an inode, 5 B and the name an entry, once per commit that change
 from __future__ import annotations
 
 from array import array
+from typing import Iterator
 
 from . import extents as ext
 from . import varint
@@ -34,7 +35,7 @@ class Changes:
 
 class PendingChanges:
     """Every commit's Changes since the last checkpoint, appended packed; `changes()`
-    gives them back as one Changes. Inode numbers are below 2**32 (inodes.INO_MAX)."""
+    gives them back as one Changes, `parts()` as several. Inode numbers are below 2**32 (inodes.INO_MAX)."""
 
     __slots__ = ("inodes", "parents", "names", "refs")
 
@@ -61,17 +62,40 @@ class PendingChanges:
             names += name
         self.refs |= changes.refs
 
+    def extend(self, other: PendingChanges) -> None:
+        """Take another's changes too (a failed checkpoint gives back what it took)."""
+        self.inodes.extend(other.inodes)
+        self.parents.extend(other.parents)
+        self.names += other.names
+        self.refs |= other.refs
+
     def changes(self) -> Changes:
-        out = Changes()
-        out.inodes = set(self.inodes)
-        names, pos, dirents = bytes(self.names), 0, out.dirents
-        for parent in self.parents:
-            n = names[pos]
-            if n < 0x80:  # a name shorter than 128 bytes: its length in one byte
-                pos += 1
-            else:
-                n, pos = varint.decode(names, pos)
-            dirents.add((parent, names[pos:pos + n]))
-            pos += n
-        out.refs = set(self.refs)
-        return out
+        """All of them, each once."""
+        return next(self.parts(len(self.inodes) + len(self.parents) + 1))
+
+    def parts(self, size: int) -> Iterator[Changes]:
+        """All of them, each once, in parts of at most `size` inodes and `size` entries (the
+        shared records in the first): a checkpoint takes one part per turn of the event
+        loop. The inodes are made distinct at once (one C call, ~10 ms for 200,000); the
+        entries' names are sliced out a part at a time."""
+        inodes = list(set(self.inodes))
+        names, pos, seen = bytes(self.names), 0, set()
+        parents = self.parents
+        for start in range(0, max(len(inodes), len(parents), 1), size):
+            part = Changes()
+            part.inodes = set(inodes[start:start + size])
+            dirents = part.dirents
+            for parent in parents[start:start + size]:
+                n = names[pos]
+                if n < 0x80:  # a name shorter than 128 bytes: its length in one byte
+                    pos += 1
+                else:
+                    n, pos = varint.decode(names, pos)
+                key = (parent, names[pos:pos + n])
+                pos += n
+                if key not in seen:
+                    seen.add(key)
+                    dirents.add(key)
+            if not start:
+                part.refs = set(self.refs)
+            yield part

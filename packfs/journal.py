@@ -26,7 +26,7 @@ from . import extents as ext
 from . import records
 from .catalog import Catalog
 from .errors import FsError
-from .changes import Changes
+from .changes import Changes, PendingChanges
 from .namespace import Namespace
 from .volumes import Volumes
 from .writeback import WriteBehind
@@ -38,6 +38,9 @@ MARSHAL_VERSION = 4
 # or this many records died since the last checkpoint.
 QUIET_CHECKPOINT_INODES = 10_000
 QUIET_CHECKPOINT_FREES = 1_000
+# A checkpoint snapshots up to this many changed inodes, and as many entries, per turn of
+# the event loop: ~10-20 ms of it at ~4.5 us an inode or entry.
+SNAPSHOT_PART = 2_000
 T = TypeVar("T")
 
 
@@ -75,7 +78,11 @@ def apply(ns: Namespace, payload: bytes) -> None:
     ns.next_ino = max(ns.next_ino, next_ino)
 
 
-def snapshot(ns: Namespace, changes: Changes) -> tuple[list, list, list, list]:
+# (inode rows, removed inodes, dirents, shared-record counts) of some changes
+Snapshot = tuple[list, list, list, list]
+
+
+def snapshot(ns: Namespace, changes: Changes) -> Snapshot:
     rows, removed = [], []
     table = ns.table
     for ino in changes.inodes:
@@ -86,6 +93,15 @@ def snapshot(ns: Namespace, changes: Changes) -> tuple[list, list, list, list]:
     dirents = [(p, name, ns.dirent(p, name)) for p, name in changes.dirents]
     refs = [(k, ns.refs.get(k, 1)) for k in changes.refs]
     return rows, removed, dirents, refs
+
+
+def combine(parts: list[Snapshot], last: Snapshot, retaken: Changes) -> Snapshot:
+    """One snapshot of the parts, each key as `last` has it if `last` took it again."""
+    inodes, entries, refs = retaken.inodes, retaken.dirents, retaken.refs
+    return ([r for p in parts for r in p[0] if r[0] not in inodes] + last[0],
+            [i for p in parts for i in p[1] if i not in inodes] + last[1],
+            [d for p in parts for d in p[2] if (d[0], d[1]) not in entries] + last[2],
+            [c for p in parts for c in p[3] if c[0] not in refs] + last[3])
 
 
 async def _nothing() -> None:
@@ -100,6 +116,7 @@ class Journal:
         self.wb = wb
         self.catalog = catalog
         self.checkpoint_bytes = checkpoint_bytes
+        self.snapshot_part = SNAPSHOT_PART  # tests make it small, so that requests come between parts
         self._metas = list(replayed)  # META records since the last checkpoint
         self._appended_at_checkpoint = 0
         self._checkpoint_lock = trio.Lock()
@@ -159,34 +176,62 @@ class Journal:
         return await fn(*args, **kwargs)
 
     async def checkpoint(self) -> None:
-        """Commit, write the catalog, then punch the records that died before it."""
+        """Commit, write the catalog, then punch the records that died before it.
+
+        What changed is snapshotted a part per turn of the event loop: at once, 200,000
+        changed inodes held the loop (and every request) for ~1 s. A part's rows may change
+        before the last part is taken, so the checkpoint then commits once more and, with no
+        turn in between, takes again all that changed since it began. The catalog holds the
+        namespace exactly as at that commit, and recovery replays what came after it.
+        """
         async with self._checkpoint_lock:
             started = time.monotonic()
+            while self.ns.table.compress_xattrs(limit=64):  # the catalog and the image get them small
+                await trio.lowlevel.checkpoint()
             await self.volumes.ensure_space(records.BLOCK, metadata=True)
-            self.ns.table.compress_xattrs()  # the catalog and the image get them small
             self._stage()
-            position = {"volume": self.volumes.active, "offset": self.volumes.tail,
-                        "seq": self.volumes.seq, "next_ino": self.ns.next_ino}
-            taken = self.ns.take_catalog_changes()
-            rows, removed, dirents, refs = snapshot(self.ns, taken)
-            frees, metas = self.ns.take_frees(), self._metas
-            self._metas = []
+            taken, again = self.ns.take_catalog_changes(), PendingChanges()
+            frees: list[ext.RecordKey] = []
+            metas: list[ext.RecordKey] = []
             try:
+                parts = []
+                for part in taken.parts(self.snapshot_part):
+                    parts.append(snapshot(self.ns, part))
+                    await trio.lowlevel.checkpoint()
+                await self.volumes.ensure_space(records.BLOCK, metadata=True)
+                self._stage()  # from here to the catalog's write, no turn of the loop
+                again = self.ns.take_catalog_changes()
+                changed = again.changes()
+                last = snapshot(self.ns, changed)
+                position = {"volume": self.volumes.active, "offset": self.volumes.tail,
+                            "seq": self.volumes.seq, "next_ino": self.ns.next_ino}
+                frees, metas = self.ns.take_frees(), self._metas
+                self._metas = []
                 await self.volumes.wait_durable(self.volumes.last_ticket)
-                await trio.to_thread.run_sync(self.catalog.checkpoint, rows, removed, dirents, refs, position,
-                                              frees + metas)
+                rows = await trio.to_thread.run_sync(self._write_catalog, parts, last, changed, position,
+                                                     frees + metas)
             except BaseException:
                 # Nothing was lost: what this checkpoint took goes into the next one.
-                self.ns.catalog_changes.merge(taken)
+                self.ns.catalog_changes.extend(taken)
+                self.ns.catalog_changes.extend(again)
                 self.ns.frees[:0] = frees
                 self._metas[:0] = metas
                 raise
-            self.ns.table.checkpointed(rows)
+            for start in range(0, len(rows), self.snapshot_part):
+                self.ns.table.checkpointed(rows[start:start + self.snapshot_part])
+                await trio.lowlevel.checkpoint()
             self._appended_at_checkpoint = self.volumes.appended
             await self.volumes.punch(frees + metas, position["volume"])
             self.checkpoints += 1
             self.last_checkpoint_seconds = time.monotonic() - started
         await self._memory_freed()
+
+    def _write_catalog(self, parts: list[Snapshot], last: Snapshot, retaken: Changes, position: dict,
+                       dead: list[ext.RecordKey]) -> list:
+        """Write the parts' snapshots, less what `last` took again, and `last` (in a worker thread)."""
+        rows, removed, dirents, refs = combine(parts, last, retaken)
+        self.catalog.checkpoint(rows, removed, dirents, refs, position, dead)
+        return rows
 
     async def _memory_freed(self) -> None:
         self._commits_freed = self.commits

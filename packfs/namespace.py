@@ -93,9 +93,9 @@ class Namespace:
         self.catalog_changes.merge(taken)
         return taken
 
-    def take_catalog_changes(self) -> Changes:
+    def take_catalog_changes(self) -> PendingChanges:
         taken, self.catalog_changes = self.catalog_changes, PendingChanges()
-        return taken.changes()
+        return taken
 
     def take_frees(self) -> list[ext.RecordKey]:
         taken, self.frees = self.frees, []

@@ -12,9 +12,11 @@ One run of a seed:
 2. Run N random operations -- create, open (O_TRUNC), write at offsets (append,
    overwrite, sparse), release, fsync, fsyncdir, truncate, chmod, utime, setxattr,
    removexattr, rename of files and directories (replacing, RENAME_EXCHANGE,
-   RENAME_NOREPLACE), link, unlink (also of open files), mkdir, rmdir, read, checkpoint,
-   group commits (two or three tasks changing files and fsyncing at once) -- and finally
-   a clean close. Odd seeds also run the background checkpointer. A model applies each successful operation and keeps,
+   RENAME_NOREPLACE), link, unlink (also of open files), mkdir, rmdir, read, checkpoint
+   (awaited, or in the background: its snapshot's parts of three keys each interleave
+   with the next operations), group commits (two or three tasks changing files and
+   fsyncing at once) -- and finally a clean close. Odd seeds also run the background
+   checkpointer after every 128 KiB of log. A model applies each successful operation and keeps,
    per file and per directory entry, the history of its states. Every operation's start
    and end and every catalog checkpoint (a serialised copy of the SQLite database: a
    checkpoint transaction is atomic) are marked in the disk's trace.
@@ -294,7 +296,7 @@ class Workload:
             (self.op_fsync, 9), (self.op_fsyncdir, 7), (self.op_truncate, 4), (self.op_chmod, 2),
             (self.op_utime, 2), (self.op_setxattr, 6), (self.op_removexattr, 2), (self.op_rename, 9),
             (self.op_link, 3), (self.op_unlink, 5), (self.op_mkdir, 4), (self.op_rmdir, 2),
-            (self.op_read, 3), (self.op_checkpoint, 2), (self.op_group_commit, 5),
+            (self.op_read, 3), (self.op_checkpoint, 2), (self.op_checkpoint_behind, 2), (self.op_group_commit, 5),
         ]
         fns, weights = zip(*table)
         for i in range(n):
@@ -630,6 +632,11 @@ class Workload:
         await self.fs.journal.checkpoint()
         return "checkpoint"
 
+    async def op_checkpoint_behind(self) -> str:
+        self.fs.journal._checkpoint_wanted.set()  # the checkpointer's parts interleave with the next operations
+        await trio.lowlevel.checkpoint()  # it takes its first part now
+        return "checkpoint in the background"
+
 
 # -- recovered trees -------------------------------------------------------------------------
 
@@ -795,6 +802,7 @@ class Runner:
             pk = packmod.open_pack(root, disk, self.opts.volume_size, self.opts.cache_size)
             instrument_catalog(pk.catalog, disk)
             fs = Filesystem(pk, self.opts, disk)
+            fs.journal.snapshot_part = 3  # the background checkpointer's parts interleave with operations
             async with trio.open_nursery() as nursery:
                 await fs.start(nursery)
                 w = Workload(fs, disk, model, rng)

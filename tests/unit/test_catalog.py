@@ -50,7 +50,7 @@ def build() -> Namespace:
 
 def checkpoint(cat: Catalog, ns: Namespace, **settings) -> None:
     ns.take_journal_changes()
-    rows, removed, dirents, refs = snapshot(ns, ns.take_catalog_changes())
+    rows, removed, dirents, refs = snapshot(ns, ns.take_catalog_changes().changes())
     cat.checkpoint(rows, removed, dirents, refs, {"next_ino": ns.next_ino, **settings})
 
 
@@ -142,7 +142,7 @@ def test_xattrs_are_read_from_the_last_checkpoint_while_the_next_is_being_writte
     assert unpack_xattrs(old)[b"user.swift.metadata1"] == b"" and cat.xattrs_of(999) is None
     ns.setxattr(f.ino, b"user.swift.metadata1", b"newer")
     ns.take_journal_changes()
-    rows, removed, dirents, refs = snapshot(ns, ns.take_catalog_changes())
+    rows, removed, dirents, refs = snapshot(ns, ns.take_catalog_changes().changes())
     assert [r[0] for r in rows] == [f.ino]
     with cat.db:  # the next checkpoint's transaction, not committed yet
         cat.db.executemany("INSERT OR REPLACE INTO inodes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)

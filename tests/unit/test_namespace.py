@@ -221,7 +221,7 @@ def test_catalog_changes_accumulate_journal_takes(ns):
     ns.take_journal_changes()
     b = ns.create(ROOT, b"b", REG, 0, 0)
     ns.take_journal_changes()
-    ch = ns.take_catalog_changes()
+    ch = ns.take_catalog_changes().changes()
     assert ch.inodes == {ROOT, a.ino, b.ino}
     assert ch.dirents == {(ROOT, b"a"), (ROOT, b"b")}
     assert not ns.take_catalog_changes()

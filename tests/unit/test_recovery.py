@@ -571,3 +571,98 @@ def test_a_directory_number_a_file_took_in_the_same_commit_replays(packdir):
         p.volumes.close()
         p.catalog.close()
     assert read_via_pack(packdir, b"g") == b"reused"
+
+
+def test_a_checkpoint_taken_in_parts_holds_the_namespace_as_at_its_last_commit(packdir):
+    """Requests change the namespace between the parts of a checkpoint's snapshot: the
+    catalog must still hold it exactly as at one commit, the checkpoint's last, so that
+    recovery, which replays only what came after, gives that state back."""
+    from test_catalog import dump
+    states = []  # the namespace after each commit
+
+    async def body(fs: Filesystem) -> None:
+        d = fs.create(ROOT, b"d", DIR, 0, 0).ino
+        files = [await write_file(fs, d, b"f%03d" % i, b"%d" % i * 100) for i in range(200)]
+        await fs.fsync()
+        stage = fs.journal._stage
+
+        def staged(*args) -> None:
+            stage(*args)
+            states.append(dump(fs.ns))
+
+        fs.journal._stage = staged
+        fs.journal.snapshot_part = 7
+        n = 0
+
+        async def change() -> None:
+            nonlocal n
+            while True:
+                i = n % 200
+                name = b"f%03d" % i
+                if n % 5 == 0:
+                    fs.rename(d, name, ROOT, name, 0)
+                    fs.rename(ROOT, name, d, name, 0)
+                elif n % 5 == 1:
+                    fs.setxattr(files[i], b"user.n", b"%d" % n)
+                elif n % 5 == 2:
+                    fs.unlink(d, name)
+                    files[i] = await write_file(fs, d, name, b"new %d" % n)
+                elif n % 5 == 3:
+                    fh = fs.open(files[i])
+                    await fs.write(fh, 3, b"overwritten %d" % n)
+                    await fs.release(fh)
+                else:
+                    fs.create(d, b"new%d" % n, DIR, 0, 0)
+                n += 1
+                await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(change)
+            await fs.journal.checkpoint()
+            nursery.cancel_scope.cancel()
+        assert n > 100  # the changes came between the parts
+
+    run(packdir, body, clean=False)
+    p = open_pack(packdir)
+    try:
+        assert p.recovery.replayed == 0  # the catalog alone: the checkpoint's commit was the last
+        assert dump(p.ns) == states[-1]
+    finally:
+        p.volumes.close()
+        p.catalog.close()
+
+
+def test_a_checkpoint_that_fails_after_its_parts_gives_back_what_it_took(packdir):
+    import errno
+    from packfs.errors import FsError
+
+    async def body(fs: Filesystem) -> None:
+        d = fs.create(ROOT, b"d", DIR, 0, 0)
+        for i in range(50):
+            fs.create(d.ino, b"f%d" % i, REG, 0, 0)
+        await fs.fsync()
+        fs.journal.snapshot_part = 7
+        volumes, real = fs.journal.volumes, fs.journal.volumes.ensure_space
+        calls = []
+
+        async def full_before_the_last_commit(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 2:  # the checkpoint's second: after the parts, before its last commit
+                raise FsError(errno.ENOSPC)
+            return await real(*args, **kwargs)
+
+        volumes.ensure_space = full_before_the_last_commit
+        with pytest.raises(FsError):
+            await fs.journal.checkpoint()
+        volumes.ensure_space = real
+        assert fs.ns.catalog_changes.inode_count >= 51
+        await fs.journal.checkpoint()
+
+    run(packdir, body, clean=False)
+    p = open_pack(packdir)
+    try:
+        assert p.recovery.replayed == 0
+        assert len(p.ns.listdir(p.ns.lookup(ROOT, b"d").ino)) == 50
+    finally:
+        p.volumes.close()
+        p.catalog.close()
