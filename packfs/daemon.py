@@ -161,7 +161,7 @@ class Daemon:
     async def _serve(self, fs: Filesystem, ops: Operations, ready: Ready) -> None:
         async def on_control(command: str) -> dict:
             if command == "stats":
-                return {**fs.stats(), "operations": ops.opstats.report(), "busy_poll_turns": ops.busypoll.spins,
+                return {**await fs.stats(), "operations": ops.opstats.report(), "busy_poll_turns": ops.busypoll.spins,
                         "zero_message_opendir": fuseshim.zero_message_opendir(),
                         "zero_message_open": fuseshim.zero_message_open(),
                         "killpriv_v2": fuseshim.killpriv(), "listings_open": len(ops.listings),

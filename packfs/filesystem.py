@@ -17,7 +17,7 @@ from . import records
 from .disk import Disk
 from .errors import FsError
 from .journal import Journal
-from .inodes import Inode, InodeTable
+from .inodes import Inode
 from .options import Options
 from .pack import Pack
 from .writeback import WriteBehind
@@ -35,6 +35,7 @@ ROOT_WRITER = 1 << 62
 # it is buffered as through a counted handle: whole chunks go at once, the rest at a commit.
 CREATED = 1 << 61
 _WARMED_MAX = 64  # files whose records were prefetched lately, not asked for again
+STATS_PART = 32_768  # inode slots `stats` counts per turn of the event loop
 
 
 @dataclass
@@ -250,9 +251,19 @@ class Filesystem:
     def statfs(self) -> os.statvfs_result:
         return self.disk.statvfs(self.pack.path)
 
-    def stats(self) -> dict:
+    async def stats(self) -> dict:
+        """What `packfs stats` shows. The counts over every inode take a range of slots per
+        turn of the event loop (~20 ms): at once they held it ~0.33 s at 600,000 inodes."""
         t = self.ns.table
-        dirs, files, size = t.usage()
+        dirs = files = size = live_bytes = 0
+        held: list[int] = []
+        for start in range(0, len(t.mode), STATS_PART):
+            d, f, n = t.usage(start, start + STATS_PART)
+            dirs, files, size = dirs + d, files + f, size + n
+            live_bytes += sum(map(records.footprint, t.record_lengths(start, start + STATS_PART)))
+            held += t.nameless(start, start + STATS_PART)
+            await trio.lowlevel.checkpoint()
+        live_bytes += sum(map(records.footprint, t.mapped_record_lengths()))
         v = self.volumes
         dead = self.ns.frees + self.journal.pending_metas
         allocated = sum(self.disk.allocated_bytes(v.fd(n)) for n in v.existing())
@@ -260,7 +271,7 @@ class Filesystem:
         return {
             "files": files, "directories": dirs, "bytes": size, "inodes": len(self.ns),
             "volumes": len(v.existing()),
-            "live_bytes": sum(map(records.footprint, self.ns.table.record_lengths())),
+            "live_bytes": live_bytes,
             "dead_bytes": sum(records.footprint(k[2]) for k in dead),
             "punched_bytes": v.punched_bytes, "disk_allocated_bytes": allocated,
             "appended_bytes": v.appended, "device_writes": v.writes,
@@ -276,7 +287,10 @@ class Filesystem:
             "dirty_bytes": self.wb.dirty_bytes,
             "xattr_values_in_memory": self.ns.table.xattrs_in_memory(),  # others are read from the catalog
             "column_bytes": t.column_bytes(),
-            "unlinked_in_use": _unlinked_in_use(t),
+            # Files with no name kept because an open handle or the kernel still holds them
+            # (each goes at its last release or forget; a mount drops any left over).
+            "unlinked_in_use": {"open": sum(1 for ino in held if t.opens.get(ino)),
+                                "kernel_only": sum(1 for ino in held if not t.opens.get(ino))},
             "far_ctimes": len(t.wide_ctime),  # kept whole beside the column of offsets from mtime
             "whole_ctimes": t.ctime.typecode == "q",  # ... or the column holds whole times
             "arena_bytes": {"names": len(t.names.data), "xattrs": len(t.xblobs.data)},
@@ -288,14 +302,6 @@ class Filesystem:
             "uptime_seconds": round(time.time() - self.started, 1),
             "broken": os.strerror(v.broken) if v.broken else None,
         }
-
-
-def _unlinked_in_use(t: InodeTable) -> dict[str, int]:
-    """Files with no name left that are kept because an open handle or the kernel still
-    holds them (each goes at its last release or forget; a mount drops any left over)."""
-    held = t.nameless()
-    return {"open": sum(1 for ino in held if t.opens.get(ino)),
-            "kernel_only": sum(1 for ino in held if not t.opens.get(ino))}
 
 
 def _rss_bytes() -> int:

@@ -199,9 +199,9 @@ class InodeTable:
         self.owners = [(uid, gid) for uid, gid in owners]
         self._owner_numbers = {pair: n for n, pair in enumerate(self.owners)}
 
-    def of_type(self, fmt: int, slots: int | None = None) -> bytes:
-        """1 for each of the first `slots` slots whose file type is fmt (stat.S_IFDIR, ...), else 0."""
-        mode = self.mode if slots is None else self.mode[:slots]
+    def of_type(self, fmt: int, slots: int | None = None, start: int = 0) -> bytes:
+        """1 for each slot from `start` up to `slots` whose file type is fmt (stat.S_IFDIR, ...), else 0."""
+        mode = self.mode if slots is None and not start else self.mode[start:slots]
         return bytes(map(fmt.__eq__, map(_IFMT.__and__, mode)))
 
     def grow(self, slots: int) -> None:
@@ -242,27 +242,39 @@ class InodeTable:
         """Every live inode number, ascending."""
         return itertools.compress(range(len(self.mode)), self.mode)
 
-    def usage(self) -> tuple[int, int, int]:
-        """(directories, other inodes, the other inodes' total size), by whole columns:
-        `packfs stats` must not hold the event loop for seconds at millions of inodes."""
-        is_dir = self.of_type(_IFDIR)
-        dirs = is_dir.count(1)
-        size = sum(itertools.compress(self.size, self.mode)) - sum(itertools.compress(self.size, is_dir))
-        size += sum(n - _SIZE_TOP for ino, n in self.wide_size.items() if self.mode[ino] and not is_dir[ino])
-        return dirs, self.live - dirs, size
+    # Counts over a range of slots, by whole columns (C loops, ~0.5 us a slot): `packfs
+    # stats` counts a range per turn of the event loop, so as not to hold it for seconds
+    # at millions of inodes.
 
-    def nameless(self) -> list[int]:
-        """Live inodes with no name: unlinked while open when their daemon stopped."""
-        zero = itertools.compress(range(len(self.nlink)), map(operator.not_, self.nlink))
+    def usage(self, start: int = 0, stop: int | None = None) -> tuple[int, int, int]:
+        """(directories, other inodes, the other inodes' total size) among slots [start, stop)."""
+        mode, size = self.mode[start:stop], self.size[start:stop]
+        stop = start + len(mode)
+        is_dir = self.of_type(_IFDIR, stop, start)
+        dirs = is_dir.count(1)
+        total = sum(itertools.compress(size, mode)) - sum(itertools.compress(size, is_dir))
+        total += sum(n - _SIZE_TOP for ino, n in self.wide_size.items()
+                     if start <= ino < stop and self.mode[ino] and not is_dir[ino - start])
+        return dirs, len(mode) - mode.count(0) - dirs, total
+
+    def nameless(self, start: int = 0, stop: int | None = None) -> list[int]:
+        """Live inodes with no name among slots [start, stop): unlinked while open when
+        their daemon stopped, or still open or known to the kernel."""
+        nlink = self.nlink[start:stop]
+        zero = itertools.compress(range(start, start + len(nlink)), map(operator.not_, nlink))
         return [ino for ino in zero if self.mode[ino]]  # free slots keep their last nlink
 
-    def record_lengths(self) -> Iterator[int]:
-        """The length of every record a file maps, each record once (a record whole in the
-        `rec` column is mapped by no other extent: sharing comes only from splits)."""
+    def record_lengths(self, start: int = 0, stop: int | None = None) -> Iterator[int]:
+        """The length of every record a file among slots [start, stop) holds whole in the
+        `rec` column (mapped by no other extent: sharing comes only from splits)."""
+        whole = map(operator.and_, self.of_type(_IFREG, stop, start), map(bool, self.rec[start:stop]))
+        return itertools.compress(self.rlen[start:stop], whole)
+
+    def mapped_record_lengths(self) -> Iterator[int]:
+        """The length of every record the other extent maps refer to, each record once."""
         split = {(e[2], e[3], e[5]) for m in self.extents.values()
                  for e in (_EXTENT.iter_unpack(m) if isinstance(m, bytes) else m)}
-        whole = map(operator.and_, self.of_type(_IFREG), map(bool, self.rec))
-        return itertools.chain(itertools.compress(self.rlen, whole), (k[2] for k in split))
+        return (k[2] for k in split)
 
     def find_free(self, below: int) -> None:
         """Collect the free slots below `below` (after a load), to be reused."""

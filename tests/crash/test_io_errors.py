@@ -48,7 +48,7 @@ def test_eio_on_flush_or_write_fails_that_fsync_and_every_later_one(tmp_path: Pa
         with pytest.raises(FsError) as e:
             await fs.fsync()
         assert e.value.errno == errno.EIO
-        assert fs.stats()["broken"]
+        assert (await fs.stats())["broken"]
         # What was durable still reads.
         assert await read_file(fs, "/acked") == b"a" * 10000
         with pytest.raises(FsError):
@@ -177,7 +177,7 @@ def test_eio_on_a_flush_of_preallocated_zeros_breaks_the_log(tmp_path: Path) -> 
         await v.ensure_space(v.volume_size - records.BLOCK)
         assert v.allocated == v.volume_size + META_RESERVE - records.BLOCK
         with trio.fail_after(10):
-            while not fs.stats()["broken"]:
+            while not (await fs.stats())["broken"]:
                 await trio.sleep(0.01)
         assert fault.hits == 1
         with pytest.raises(FsError) as e:

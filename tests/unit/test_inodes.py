@@ -248,8 +248,15 @@ def test_usage_by_columns_matches_a_walk_of_every_inode():
     sizes = sum(n.size for n in nodes if not n.is_dir)
     live = {(e[2], e[3], e[5]) for n in nodes for e in n.extent_list()}
     assert ns.table.usage() == (dirs, len(nodes) - dirs, sizes)
-    assert sorted(ns.table.record_lengths()) == sorted(k[2] for k in live)
-    assert sum(map(records.footprint, ns.table.record_lengths())) == sum(records.footprint(k[2]) for k in live)
+    lengths = [*ns.table.record_lengths(), *ns.table.mapped_record_lengths()]
+    assert sorted(lengths) == sorted(k[2] for k in live)
+    assert sum(map(records.footprint, lengths)) == sum(records.footprint(k[2]) for k in live)
+    slots = len(ns.table.mode)
+    for step in (1, 2, 3, slots):  # by ranges, as `packfs stats` counts: the same sums
+        parts = [ns.table.usage(a, a + step) for a in range(0, slots, step)]
+        assert tuple(map(sum, zip(*parts))) == ns.table.usage()
+        assert sorted(n for a in range(0, slots, step) for n in ns.table.record_lengths(a, a + step)) == \
+            sorted(ns.table.record_lengths())
     assert ns.table.rec[ns.lookup(ROOT, b"one0").ino]  # the column form is exercised
 
 
@@ -263,6 +270,7 @@ def test_nameless_finds_live_inodes_without_links_only(ns):
     assert not ns.table.exists(gone.ino) and ns.table.nlink[gone.ino] == 0
     assert ns.table.nameless() == [held.ino]
     assert kept.ino not in ns.table.nameless()
+    assert ns.table.nameless(held.ino, held.ino + 1) == [held.ino] and ns.table.nameless(0, held.ino) == []
 
 
 def test_a_number_reused_for_another_type_starts_clean(ns):
@@ -289,7 +297,7 @@ def test_a_number_reused_for_another_type_starts_clean(ns):
     assert t.names.used == used  # the directory's one name, b"x", was freed
     t.load((g.ino, DIR, 0, 0, 2, 0, 1, 1, 1, 0, None, None, None, ROOT))
     assert Inode(t, g.ino).children() == [] and Inode(t, g.ino).extent_list() == []
-    assert sorted(t.record_lengths()) == [4096]  # d's record; g is a directory now
+    assert sorted([*t.record_lengths(), *t.mapped_record_lengths()]) == [4096]  # d's record; g is a directory now
 
 
 def test_owners_are_numbered_pairs_and_the_column_widens_past_u16(ns):
@@ -358,6 +366,7 @@ def test_values_past_a_narrow_columns_top_are_kept_whole():
     assert (f.size, d.nlink, f.lookups) == (big, links, 70_000)
     assert t.stat(2)[5] == big and t.stat(3)[1] == links and t.row(2)[5] == big and t.row(3)[4] == links
     assert t.usage() == (2, 2, big + 4095)
+    assert t.usage(0, 2) == (1, 0, 0) and t.usage(2, 3) == (0, 1, big) and t.usage(3) == (1, 1, 4095)
     f.size, f.lookups = big + 1, 3
     assert (f.size, f.lookups, t.wide_lookups) == (big + 1, 3, {})
     token = 7
