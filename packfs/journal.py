@@ -161,6 +161,8 @@ class Journal:
         if alone:
             self.volumes.write_now()
         await self.volumes.wait_durable(self.volumes.last_ticket)
+        if self._checkpoint_lock.locked():
+            return  # one is running: the first commit after it asks again if another is due
         if self.volumes.appended - self._appended_at_checkpoint > self.checkpoint_bytes or \
                 self.ns.catalog_changes.inode_count > 200_000 or len(self.ns.frees) > 4096:
             self._checkpoint_wanted.set()
@@ -200,7 +202,7 @@ class Journal:
                     await trio.lowlevel.checkpoint()
                 await self.volumes.ensure_space(records.BLOCK, metadata=True)
                 self._stage()  # from here to the catalog's write, no turn of the loop
-                again = self.ns.take_catalog_changes()
+                appended, again = self.volumes.appended, self.ns.take_catalog_changes()
                 changed = again.changes()
                 last = snapshot(self.ns, changed)
                 position = {"volume": self.volumes.active, "offset": self.volumes.tail,
@@ -220,7 +222,7 @@ class Journal:
             for start in range(0, len(rows), self.snapshot_part):
                 self.ns.table.checkpointed(rows[start:start + self.snapshot_part])
                 await trio.lowlevel.checkpoint()
-            self._appended_at_checkpoint = self.volumes.appended
+            self._appended_at_checkpoint = appended
             await self.volumes.punch(frees + metas, position["volume"])
             self.checkpoints += 1
             self.last_checkpoint_seconds = time.monotonic() - started
