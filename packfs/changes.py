@@ -35,7 +35,8 @@ class Changes:
 
 class PendingChanges:
     """Every commit's Changes since the last checkpoint, appended packed; `changes()`
-    gives them back as one Changes, `parts()` as several. Inode numbers are below 2**32 (inodes.INO_MAX)."""
+    gives them back as one Changes, `parts()` as several. Inode numbers are below 2**32
+    (inodes.INO_MAX)."""
 
     __slots__ = ("inodes", "parents", "names", "refs")
 
@@ -74,16 +75,17 @@ class PendingChanges:
         return next(self.parts(len(self.inodes) + len(self.parents) + 1))
 
     def parts(self, size: int) -> Iterator[Changes]:
-        """All of them, each once, in parts of at most `size` inodes and `size` entries (the
-        shared records in the first): a checkpoint takes one part per turn of the event
-        loop. The inodes are made distinct at once (one C call, ~10 ms for 200,000); the
-        entries' names are sliced out a part at a time."""
-        inodes = list(set(self.inodes))
-        names, pos, seen = bytes(self.names), 0, set()
-        parents = self.parents
+        """All of them, each once, in parts made of at most `size` of the inodes and `size`
+        of the entries as appended (the shared records in the first): a checkpoint takes
+        one part per turn of the event loop, ~2 ms of unpacking for 2,000 and 2,000."""
+        inodes, parents = self.inodes, self.parents
+        names, pos = bytes(self.names), 0
+        seen_inodes: set[int] = set()
+        seen: set[tuple[int, bytes]] = set()
         for start in range(0, max(len(inodes), len(parents), 1), size):
             part = Changes()
-            part.inodes = set(inodes[start:start + size])
+            part.inodes = set(inodes[start:start + size]) - seen_inodes
+            seen_inodes |= part.inodes
             dirents = part.dirents
             for parent in parents[start:start + size]:
                 n = names[pos]

@@ -28,3 +28,22 @@ def test_a_ref_alone_is_a_pending_change():
     p = PendingChanges()
     p.merge(changes(refs={(3, 0, 4096)}))
     assert p and p.changes().refs == {(3, 0, 4096)} and not p.changes().inodes
+
+
+def test_parts_give_each_change_once_and_all_of_them():
+    p = PendingChanges()
+    for commit in range(5):  # the same inodes and entries in several commits, as directories are
+        p.merge(changes({1, 2, 10 + commit}, {(1, b"same"), (1, b"e%d" % commit), (2, b"x" * 200)},
+                        {(1, 0, 4096)} if commit == 3 else ()))
+    for size in (1, 2, 3, 100):
+        parts = list(p.parts(size))
+        assert all(len(part.inodes) <= size and len(part.dirents) <= size for part in parts)
+        inodes = [i for part in parts for i in part.inodes]
+        dirents = [d for part in parts for d in part.dirents]
+        assert sorted(inodes) == sorted(p.changes().inodes) and len(set(dirents)) == len(dirents)
+        assert set(dirents) == p.changes().dirents
+        assert parts[0].refs == {(1, 0, 4096)} and not any(part.refs for part in parts[1:])
+    taken = PendingChanges()
+    taken.extend(p)
+    taken.extend(p)
+    assert taken.changes().inodes == p.changes().inodes and taken.inode_count == 2 * p.inode_count
