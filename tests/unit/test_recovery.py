@@ -573,22 +573,28 @@ def test_a_directory_number_a_file_took_in_the_same_commit_replays(packdir):
     assert read_via_pack(packdir, b"g") == b"reused"
 
 
-def test_a_checkpoint_taken_in_parts_holds_the_namespace_as_at_its_last_commit(packdir):
-    """Requests change the namespace between the parts of a checkpoint's snapshot: the
-    catalog must still hold it exactly as at one commit, the checkpoint's last, so that
-    recovery, which replays only what came after, gives that state back."""
+def test_a_checkpoint_taken_in_parts_holds_the_namespace_as_at_its_last_commit(packdir, monkeypatch):
+    """Requests and background commits change the namespace between the parts of a
+    checkpoint's snapshot: the catalog must still hold it exactly as at one commit, the
+    checkpoint's last, whose position it records; recovery replays what came after."""
+    from packfs import namespace
+    from packfs.catalog import Catalog
+    from packfs.recovery import load_namespace
     from test_catalog import dump
-    states = []  # the namespace after each commit
+    monkeypatch.setattr(namespace, "COMMIT_INODES", 50)  # background commits between the parts too
+    states = {}  # the namespace after each commit, by the log position after it
+    last = []
 
     async def body(fs: Filesystem) -> None:
         d = fs.create(ROOT, b"d", DIR, 0, 0).ino
         files = [await write_file(fs, d, b"f%03d" % i, b"%d" % i * 100) for i in range(200)]
         await fs.fsync()
-        stage = fs.journal._stage
+        volumes, stage = fs.journal.volumes, fs.journal._stage
 
-        def staged(*args) -> None:
-            stage(*args)
-            states.append(dump(fs.ns))
+        def staged(*args, **kwargs) -> None:  # a checkpoint's or a commit's
+            stage(*args, **kwargs)
+            states[volumes.active, volumes.tail] = dump(fs.ns)
+            last[:] = [(volumes.active, volumes.tail)]
 
         fs.journal._stage = staged
         fs.journal.snapshot_part = 7
@@ -618,15 +624,20 @@ def test_a_checkpoint_taken_in_parts_holds_the_namespace_as_at_its_last_commit(p
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(change)
+            commits = fs.journal.commits
             await fs.journal.checkpoint()
             nursery.cancel_scope.cancel()
-        assert n > 100  # the changes came between the parts
+        assert n > 100 and fs.journal.commits > commits + 1  # changes and commits came between the parts
 
     run(packdir, body, clean=False)
+    cat = Catalog(str(packdir / "catalog.sqlite"))
+    try:
+        assert dump(load_namespace(cat)) == states[cat.settings["volume"], cat.settings["offset"]]
+    finally:
+        cat.close()
     p = open_pack(packdir)
     try:
-        assert p.recovery.replayed == 0  # the catalog alone: the checkpoint's commit was the last
-        assert dump(p.ns) == states[-1]
+        assert dump(p.ns) == states[last[0]]  # and recovery replays the commits after it
     finally:
         p.volumes.close()
         p.catalog.close()
