@@ -4,9 +4,9 @@ latencies. On packfs every request is served by one event loop, so whatever hold
 loop (a commit's or a checkpoint's snapshot, `packfs stats` counting the inode table)
 shows here as the longest wait; on XFS or ext4 the same command gives the baseline.
 
-    python -m bench.stalls MOUNTPOINT fsync   [--files N]  # 4 writers: create, write 8 KiB, setxattr, fsync, rename
-    python -m bench.stalls MOUNTPOINT nofsync [--files N]  # 2 writers: 4 KiB files in a Swift-like tree, no fsync
-    python -m bench.stalls MOUNTPOINT stats                # `packfs stats` 10 times on what is there
+    python -m bench.stalls DIR fsync   [--files N]  # 4 writers: create, 8 KiB, setxattr, fsync, rename
+    python -m bench.stalls DIR nofsync [--files N]  # 2 writers: 4 KiB files, Swift-like tree, no fsync
+    python -m bench.stalls DIR stats                # `packfs stats` 10 times on what is there
 
 Prints one JSON line: files/s (writers), the probe's samples, p50, p99 and max in ms, and
 every wait over 50 ms with its time since the start. Run it on an empty directory of the
@@ -45,7 +45,8 @@ def _fsync_writer(root: str, files: int, k: int, of: int) -> None:
 
 def _plain_writer(root: str, files: int, k: int, of: int) -> None:
     for i in range(k, files, of):
-        d = os.path.join(root, "objects", str(i % 1024), "%03x" % (i * 7919 % 4096), "%032x" % (i * 2654435761))
+        suffix, name = "%03x" % (i * 7919 % 4096), "%032x" % (i * 2654435761)
+        d = os.path.join(root, "objects", str(i % 1024), suffix, name)
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, f"{i}.data"), "wb") as f:
             f.write(b"x" * 4096)
@@ -95,8 +96,8 @@ def measure(root: str, workload: str, files: int) -> dict:
         p.join()
     waits = sorted(d for _, d in samples)
     out = {"workload": workload, "seconds": round(seconds, 1), "probes": len(waits),
-           "p50_ms": round(waits[len(waits) // 2] * 1000, 3), "p99_ms": round(waits[int(len(waits) * 0.99)] * 1000, 2),
-           "max_ms": round(waits[-1] * 1000, 1),
+           "p50_ms": round(waits[len(waits) // 2] * 1000, 3),
+           "p99_ms": round(waits[int(len(waits) * 0.99)] * 1000, 2), "max_ms": round(waits[-1] * 1000, 1),
            "over_50ms": [(round(t - t0, 1), round(d * 1000)) for t, d in samples if d > SLOW]}
     if workload != "stats":
         out["files_per_s"] = round(files / seconds)

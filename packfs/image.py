@@ -105,7 +105,7 @@ def _top(table: InodeTable) -> int:
 def _sections(table: InodeTable, slots: int) -> Iterator[bytes | memoryview]:
     """The payloads, one at a time (the largest is built only when its turn comes)."""
     # `kname` names a string only for directories (a regular file's holds its record).
-    names, kname = _compact(table.names, table.kname[:slots], lambda: table.of_type(stat.S_IFDIR, slots))
+    names, kname = _compact(table.names, table.kname[:slots], lambda: table.of_type(stat.S_IFDIR, 0, slots))
     xblobs, xat = _compact(table.xblobs, table.xat[:slots])
     columns = {"kname": kname, "xat": xat}
     for name in COLUMNS:

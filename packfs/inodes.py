@@ -199,9 +199,9 @@ class InodeTable:
         self.owners = [(uid, gid) for uid, gid in owners]
         self._owner_numbers = {pair: n for n, pair in enumerate(self.owners)}
 
-    def of_type(self, fmt: int, slots: int | None = None, start: int = 0) -> bytes:
-        """1 for each slot from `start` up to `slots` whose file type is fmt (stat.S_IFDIR, ...), else 0."""
-        mode = self.mode if slots is None and not start else self.mode[start:slots]
+    def of_type(self, fmt: int, start: int = 0, stop: int | None = None) -> bytes:
+        """1 for each slot in [start, stop) whose file type is fmt (stat.S_IFDIR, ...), else 0."""
+        mode = self.mode if stop is None and not start else self.mode[start:stop]
         return bytes(map(fmt.__eq__, map(_IFMT.__and__, mode)))
 
     def grow(self, slots: int) -> None:
@@ -250,7 +250,7 @@ class InodeTable:
         """(directories, other inodes, the other inodes' total size) among slots [start, stop)."""
         mode, size = self.mode[start:stop], self.size[start:stop]
         stop = start + len(mode)
-        is_dir = self.of_type(_IFDIR, stop, start)
+        is_dir = self.of_type(_IFDIR, start, stop)
         dirs = is_dir.count(1)
         total = sum(itertools.compress(size, mode)) - sum(itertools.compress(size, is_dir))
         total += sum(n - _SIZE_TOP for ino, n in self.wide_size.items()
@@ -267,7 +267,7 @@ class InodeTable:
     def record_lengths(self, start: int = 0, stop: int | None = None) -> Iterator[int]:
         """The length of every record a file among slots [start, stop) holds whole in the
         `rec` column (mapped by no other extent: sharing comes only from splits)."""
-        whole = map(operator.and_, self.of_type(_IFREG, stop, start), map(bool, self.rec[start:stop]))
+        whole = map(operator.and_, self.of_type(_IFREG, start, stop), map(bool, self.rec[start:stop]))
         return itertools.compress(self.rlen[start:stop], whole)
 
     def mapped_record_lengths(self) -> Iterator[int]:

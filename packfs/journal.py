@@ -183,8 +183,8 @@ class Journal:
         What changed is snapshotted a part per turn of the event loop: at once, 200,000
         changed inodes held the loop (and every request) for ~1 s. A part's rows may change
         before the last part is taken, so the checkpoint then commits once more and, with no
-        turn in between, takes again all that changed since it began. The catalog holds the
-        namespace exactly as at that commit, and recovery replays what came after it.
+        turn in between, takes again all that changed after its first commit. The catalog
+        holds the namespace exactly as at that commit; recovery replays what came after it.
         """
         async with self._checkpoint_lock:
             started = time.monotonic()
