@@ -84,6 +84,17 @@ def lookup_path(p: packmod.Pack, path: bytes):
     return node
 
 
+def replayed_and_entries(path: Path, name: bytes) -> tuple[int, int]:
+    """Reopen a crashed pack: how many commits recovery replayed, and how many entries
+    the directory ROOT/name has."""
+    p = open_pack(path)
+    try:
+        return p.recovery.replayed, len(p.ns.listdir(p.ns.lookup(ROOT, name).ino))
+    finally:
+        p.volumes.close()
+        p.catalog.close()
+
+
 def read_via_pack(path: Path, name: bytes) -> bytes | None:
     """Reopen the pack (replaying its log) and read one file's contents, or None if absent."""
     out: list[bytes | None] = []
@@ -453,13 +464,7 @@ def test_a_quiet_disk_checkpoints_once_enough_waits_for_it(packdir, monkeypatch)
         assert not fs.ns.frees
 
     run(packdir, body, clean=False, commit_interval=0.05)
-    p = open_pack(packdir)
-    try:
-        assert p.recovery.replayed == 0  # the quiet checkpoints covered every commit
-        assert len(p.ns.listdir(p.ns.lookup(ROOT, b"d").ino)) == 60
-    finally:
-        p.volumes.close()
-        p.catalog.close()
+    assert replayed_and_entries(packdir, b"d") == (0, 60)  # the quiet checkpoints covered every commit
 
 
 def test_a_failing_checkpoint_on_a_quiet_disk_is_logged_once_and_retried(packdir, monkeypatch, caplog):
@@ -490,13 +495,7 @@ def test_a_failing_checkpoint_on_a_quiet_disk_is_logged_once_and_retried(packdir
 
     run(packdir, body, clean=False, commit_interval=0.02)
     assert sum("checkpoint failed" in r.getMessage() for r in caplog.records) == 1
-    p = open_pack(packdir)
-    try:
-        assert p.recovery.replayed == 0
-        assert len(p.ns.listdir(p.ns.lookup(ROOT, b"d").ino)) == 10
-    finally:
-        p.volumes.close()
-        p.catalog.close()
+    assert replayed_and_entries(packdir, b"d") == (0, 10)
 
 
 SWIFT_META = b"\x80\x02}q\x00(X\x04\x00\x00\x00nameq\x01X\x0e\x00\x00\x00/AUTH_test/c/o" + b"X-Timestamp" * 20
@@ -671,10 +670,4 @@ def test_a_checkpoint_that_fails_after_its_parts_gives_back_what_it_took(packdir
         await fs.journal.checkpoint()
 
     run(packdir, body, clean=False)
-    p = open_pack(packdir)
-    try:
-        assert p.recovery.replayed == 0
-        assert len(p.ns.listdir(p.ns.lookup(ROOT, b"d").ino)) == 50
-    finally:
-        p.volumes.close()
-        p.catalog.close()
+    assert replayed_and_entries(packdir, b"d") == (0, 50)
