@@ -26,7 +26,7 @@ from . import extents as ext
 from . import records
 from .catalog import Catalog
 from .errors import FsError
-from .changes import Changes, PendingChanges
+from .changes import Changes
 from .namespace import Namespace
 from .volumes import Volumes
 from .writeback import WriteBehind
@@ -41,6 +41,7 @@ QUIET_CHECKPOINT_FREES = 1_000
 # A checkpoint snapshots up to this many changed inodes, and as many entries, per turn of
 # the event loop: ~10-20 ms of it at ~4.5 us an inode or entry.
 SNAPSHOT_PART = 2_000
+SNAPSHOT_ROUNDS = 3  # rounds of parts taking again what changed during the one before
 T = TypeVar("T")
 
 
@@ -95,13 +96,30 @@ def snapshot(ns: Namespace, changes: Changes) -> Snapshot:
     return rows, removed, dirents, refs
 
 
-def combine(parts: list[Snapshot], last: Snapshot, retaken: Changes) -> Snapshot:
-    """One snapshot of the parts, each key as `last` has it if `last` took it again."""
-    inodes, entries, refs = retaken.inodes, retaken.dirents, retaken.refs
-    return ([r for p in parts for r in p[0] if r[0] not in inodes] + last[0],
-            [i for p in parts for i in p[1] if i not in inodes] + last[1],
-            [d for p in parts for d in p[2] if (d[0], d[1]) not in entries] + last[2],
-            [c for p in parts for c in p[3] if c[0] not in refs] + last[3])
+# A round of a checkpoint's snapshot: each part's keys and their snapshot
+Layer = list[tuple[Changes, Snapshot]]
+
+
+def combine(layers: list[Layer]) -> Snapshot:
+    """One snapshot of the layers (oldest first): each key as the newest layer that took it has it."""
+    rows: list = []
+    removed: list = []
+    dirents: list = []
+    refs: list = []
+    inodes: set[int] = set()
+    entries: set[tuple[int, bytes]] = set()
+    shared: set[ext.RecordKey] = set()
+    for layer in reversed(layers):
+        for _, (r, gone, d, c) in layer:
+            rows += [row for row in r if row[0] not in inodes]
+            removed += [ino for ino in gone if ino not in inodes]
+            dirents += [e for e in d if (e[0], e[1]) not in entries]
+            refs += [k for k in c if k[0] not in shared]
+        for keys, _ in layer:
+            inodes |= keys.inodes
+            entries |= keys.dirents
+            shared |= keys.refs
+    return rows, removed, dirents, refs
 
 
 async def _nothing() -> None:
@@ -182,9 +200,12 @@ class Journal:
 
         What changed is snapshotted a part per turn of the event loop: at once, 200,000
         changed inodes held the loop (and every request) for ~1 s. A part's rows may change
-        before the last part is taken, so the checkpoint then commits once more and, with no
-        turn in between, takes again all that changed after its first commit. The catalog
-        holds the namespace exactly as at that commit; recovery replays what came after it.
+        before the last part is taken, so the checkpoint then commits and takes again what
+        changed meanwhile: in parts too while that is more than a part (a round), and once it
+        is small, or after SNAPSHOT_ROUNDS rounds, at once, with no turn of the loop after
+        that commit (nor before the position and the dead records are taken). The newest
+        take of each key wins, so the catalog holds the namespace exactly as at that
+        commit; recovery replays what came after it.
         """
         async with self._checkpoint_lock:
             started = time.monotonic()
@@ -192,30 +213,36 @@ class Journal:
                 await trio.lowlevel.checkpoint()
             await self.volumes.ensure_space(records.BLOCK, metadata=True)
             self._stage()
-            taken, again = self.ns.take_catalog_changes(), PendingChanges()
+            taken = [self.ns.take_catalog_changes()]
             frees: list[ext.RecordKey] = []
             metas: list[ext.RecordKey] = []
             try:
-                parts = []
-                for part in taken.parts(self.snapshot_part):
-                    parts.append(snapshot(self.ns, part))
-                    await trio.lowlevel.checkpoint()
-                await self.volumes.ensure_space(records.BLOCK, metadata=True)
-                self._stage()  # from here to the catalog's write, no turn of the loop
-                appended, again = self.volumes.appended, self.ns.take_catalog_changes()
-                changed = again.changes()
-                last = snapshot(self.ns, changed)
+                layers: list[Layer] = []
+                while True:
+                    layer = []
+                    for part in taken[-1].parts(self.snapshot_part):
+                        layer.append((part, snapshot(self.ns, part)))
+                        await trio.lowlevel.checkpoint()
+                    layers.append(layer)
+                    await self.volumes.ensure_space(records.BLOCK, metadata=True)
+                    self._stage()
+                    taken.append(self.ns.take_catalog_changes())
+                    if taken[-1].inode_count + len(taken[-1].parents) <= self.snapshot_part or \
+                            len(taken) > SNAPSHOT_ROUNDS:
+                        break  # small enough to take at once, with no turn after this commit
+                last = taken[-1].changes()
+                layers.append([(last, snapshot(self.ns, last))])
+                appended = self.volumes.appended
                 position = {"volume": self.volumes.active, "offset": self.volumes.tail,
                             "seq": self.volumes.seq, "next_ino": self.ns.next_ino}
                 frees, metas = self.ns.take_frees(), self._metas
                 self._metas = []
                 await self.volumes.wait_durable(self.volumes.last_ticket)
-                rows = await trio.to_thread.run_sync(self._write_catalog, parts, last, changed, position,
-                                                     frees + metas)
+                rows = await trio.to_thread.run_sync(self._write_catalog, layers, position, frees + metas)
             except BaseException:
                 # Nothing was lost: what this checkpoint took goes into the next one.
-                self.ns.catalog_changes.extend(taken)
-                self.ns.catalog_changes.extend(again)
+                for pending in taken:
+                    self.ns.catalog_changes.extend(pending)
                 self.ns.frees[:0] = frees
                 self._metas[:0] = metas
                 raise
@@ -228,10 +255,9 @@ class Journal:
             self.last_checkpoint_seconds = time.monotonic() - started
         await self._memory_freed()
 
-    def _write_catalog(self, parts: list[Snapshot], last: Snapshot, retaken: Changes, position: dict,
-                       dead: list[ext.RecordKey]) -> list:
-        """Write the parts' snapshots, less what `last` took again, and `last` (in a worker thread)."""
-        rows, removed, dirents, refs = combine(parts, last, retaken)
+    def _write_catalog(self, layers: list[Layer], position: dict, dead: list[ext.RecordKey]) -> list:
+        """Write the layers' snapshots as one, newest key first (in a worker thread)."""
+        rows, removed, dirents, refs = combine(layers)
         self.catalog.checkpoint(rows, removed, dirents, refs, position, dead)
         return rows
 
