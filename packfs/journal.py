@@ -13,12 +13,14 @@ then, so the part of the log that recovery replays never contains a punched reco
 """
 from __future__ import annotations
 
+import contextlib
 import errno
+import gc
 import logging
 import marshal
 import math
 import time
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Iterator, TypeVar
 
 import trio
 
@@ -122,6 +124,25 @@ def combine(layers: list[Layer]) -> Snapshot:
     return rows, removed, dirents, refs
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No automatic cyclic garbage collection inside.
+
+    A checkpoint holds lists and sets of every changed inode and entry (100,000s of
+    references) for seconds. Every automatic collection walks each reference it reaches
+    (a cache miss each) with the event loop held: 5-27 ms each, several per checkpoint,
+    the longest waits a request saw. The checkpoint makes no reference cycles, and what
+    requests make meanwhile is collected after it.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 async def _nothing() -> None:
     pass
 
@@ -211,49 +232,57 @@ class Journal:
             started = time.monotonic()
             while self.ns.table.compress_xattrs(limit=64):  # the catalog and the image get them small
                 await trio.lowlevel.checkpoint()
-            await self.volumes.ensure_space(records.BLOCK, metadata=True)
-            self._stage()
-            taken = [self.ns.take_catalog_changes()]
-            frees: list[ext.RecordKey] = []
-            metas: list[ext.RecordKey] = []
-            try:
-                layers: list[Layer] = []
-                while True:
-                    layer = []
-                    for part in taken[-1].parts(self.snapshot_part):
-                        layer.append((part, snapshot(self.ns, part)))
-                        await trio.lowlevel.checkpoint()
-                    layers.append(layer)
-                    await self.volumes.ensure_space(records.BLOCK, metadata=True)
-                    self._stage()
-                    taken.append(self.ns.take_catalog_changes())
-                    if taken[-1].inode_count + len(taken[-1].parents) <= self.snapshot_part or \
-                            len(taken) > SNAPSHOT_ROUNDS:
-                        break  # small enough to take at once, with no turn after this commit
-                last = taken[-1].changes()
-                layers.append([(last, snapshot(self.ns, last))])
-                appended = self.volumes.appended
-                position = {"volume": self.volumes.active, "offset": self.volumes.tail,
-                            "seq": self.volumes.seq, "next_ino": self.ns.next_ino}
-                frees, metas = self.ns.take_frees(), self._metas
-                self._metas = []
-                await self.volumes.wait_durable(self.volumes.last_ticket)
-                rows = await trio.to_thread.run_sync(self._write_catalog, layers, position, frees + metas)
-            except BaseException:
-                # Nothing was lost: what this checkpoint took goes into the next one.
-                for pending in taken:
-                    self.ns.catalog_changes.extend(pending)
-                self.ns.frees[:0] = frees
-                self._metas[:0] = metas
-                raise
-            for start in range(0, len(rows), self.snapshot_part):
-                self.ns.table.checkpointed(rows[start:start + self.snapshot_part])
-                await trio.lowlevel.checkpoint()
+            with collector_paused():
+                appended, volume, dead = await self._write_checkpoint()
             self._appended_at_checkpoint = appended
-            await self.volumes.punch(frees + metas, position["volume"])
+            await self.volumes.punch(dead, volume)
             self.checkpoints += 1
             self.last_checkpoint_seconds = time.monotonic() - started
         await self._memory_freed()
+
+    async def _write_checkpoint(self) -> tuple[int, int, list[ext.RecordKey]]:
+        """Snapshot and write the catalog (see checkpoint); give back the log's length and
+        active volume at the catalog's position, and the records that died before it.
+        Everything bulky (the takes, their rows) lives in this frame and dies with it."""
+        await self.volumes.ensure_space(records.BLOCK, metadata=True)
+        self._stage()
+        taken = [self.ns.take_catalog_changes()]
+        frees: list[ext.RecordKey] = []
+        metas: list[ext.RecordKey] = []
+        try:
+            layers: list[Layer] = []
+            while True:
+                layer = []
+                for part in taken[-1].parts(self.snapshot_part):
+                    layer.append((part, snapshot(self.ns, part)))
+                    await trio.lowlevel.checkpoint()
+                layers.append(layer)
+                await self.volumes.ensure_space(records.BLOCK, metadata=True)
+                self._stage()
+                taken.append(self.ns.take_catalog_changes())
+                if taken[-1].inode_count + len(taken[-1].parents) <= self.snapshot_part or \
+                        len(taken) > SNAPSHOT_ROUNDS:
+                    break  # small enough to take at once, with no turn after this commit
+            last = taken[-1].changes()
+            layers.append([(last, snapshot(self.ns, last))])
+            appended = self.volumes.appended
+            position = {"volume": self.volumes.active, "offset": self.volumes.tail,
+                        "seq": self.volumes.seq, "next_ino": self.ns.next_ino}
+            frees, metas = self.ns.take_frees(), self._metas
+            self._metas = []
+            await self.volumes.wait_durable(self.volumes.last_ticket)
+            rows = await trio.to_thread.run_sync(self._write_catalog, layers, position, frees + metas)
+        except BaseException:
+            # Nothing was lost: what this checkpoint took goes into the next one.
+            for pending in taken:
+                self.ns.catalog_changes.extend(pending)
+            self.ns.frees[:0] = frees
+            self._metas[:0] = metas
+            raise
+        for start in range(0, len(rows), self.snapshot_part):
+            self.ns.table.checkpointed(rows[start:start + self.snapshot_part])
+            await trio.lowlevel.checkpoint()
+        return appended, position["volume"], frees + metas
 
     def _write_catalog(self, layers: list[Layer], position: dict, dead: list[ext.RecordKey]) -> list:
         """Write the layers' snapshots as one, newest key first (in a worker thread)."""

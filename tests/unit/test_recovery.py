@@ -6,6 +6,7 @@ volumes hold every record the appender wrote after it.
 """
 from __future__ import annotations
 
+import gc
 import os
 import stat
 from pathlib import Path
@@ -665,9 +666,36 @@ def test_a_checkpoint_that_fails_after_its_parts_gives_back_what_it_took(packdir
         volumes.ensure_space = full_before_the_last_commit
         with pytest.raises(FsError):
             await fs.journal.checkpoint()
+        assert gc.isenabled()  # the failed checkpoint gave the collector back too
         volumes.ensure_space = real
         assert fs.ns.catalog_changes.inode_count >= 51
         await fs.journal.checkpoint()
 
     run(packdir, body, clean=False)
     assert replayed_and_entries(packdir, b"d") == (0, 50)
+
+
+def test_a_checkpoint_runs_without_automatic_collections_and_restores_them(packdir, monkeypatch):
+    from packfs import journal
+
+    seen = []
+    real_snapshot = journal.snapshot
+
+    def snapshot(ns, changes):
+        seen.append(gc.isenabled())
+        return real_snapshot(ns, changes)
+
+    monkeypatch.setattr(journal, "snapshot", snapshot)
+
+    async def body(fs: Filesystem) -> None:
+        d = fs.create(ROOT, b"d", DIR, 0, 0)
+        for i in range(20):
+            fs.create(d.ino, b"f%d" % i, REG, 0, 0)
+        fs.journal.snapshot_part = 7
+        write = fs.journal._write_catalog
+        fs.journal._write_catalog = lambda *args: (seen.append(gc.isenabled()), write(*args))[1]
+        await fs.journal.checkpoint()
+        assert gc.isenabled()
+
+    run(packdir, body, clean=True)
+    assert len(seen) > 3 and not any(seen)
