@@ -243,7 +243,7 @@ class Journal:
     async def _write_checkpoint(self) -> tuple[int, int, list[ext.RecordKey]]:
         """Snapshot and write the catalog (see checkpoint); give back the log's length and
         active volume at the catalog's position, and the records that died before it.
-        Everything bulky (the takes, their rows) lives in this frame and dies with it."""
+        Everything bulky (the takes, their rows) lives in this frame."""
         await self.volumes.ensure_space(records.BLOCK, metadata=True)
         self._stage()
         taken = [self.ns.take_catalog_changes()]
@@ -279,9 +279,17 @@ class Journal:
             self.ns.frees[:0] = frees
             self._metas[:0] = metas
             raise
-        for start in range(0, len(rows), self.snapshot_part):
-            self.ns.table.checkpointed(rows[start:start + self.snapshot_part])
+        # A part per turn here too, from the end so that each is let go once done: freed at
+        # once as this frame ended, 100,000 rows (a million objects) held the loop ~40 ms.
+        part = self.snapshot_part
+        while rows:
+            self.ns.table.checkpointed(rows[-part:])
+            del rows[-part:]
             await trio.lowlevel.checkpoint()
+        for layer in layers:
+            while layer:
+                del layer[-1]
+                await trio.lowlevel.checkpoint()
         return appended, position["volume"], frees + metas
 
     def _write_catalog(self, layers: list[Layer], position: dict, dead: list[ext.RecordKey]) -> list:
