@@ -32,6 +32,24 @@ class Changes:
     def __bool__(self) -> bool:
         return bool(self.inodes or self.dirents or self.refs)
 
+    def update(self, other: Changes) -> None:
+        """Take another's changes too."""
+        self.inodes |= other.inodes
+        self.dirents |= other.dirents
+        self.refs |= other.refs
+
+    def parts(self, size: int) -> Iterator[Changes]:
+        """These changes in parts of at most `size` inodes and `size` entries (the shared
+        records in the first)."""
+        inodes, dirents = list(self.inodes), list(self.dirents)
+        for start in range(0, max(len(inodes), len(dirents), 1), size):
+            part = Changes()
+            part.inodes = set(inodes[start:start + size])
+            part.dirents = set(dirents[start:start + size])
+            if not start:
+                part.refs = set(self.refs)
+            yield part
+
 
 class PendingChanges:
     """Every commit's Changes since the last checkpoint, appended packed; `changes()`

@@ -280,7 +280,7 @@ class Filesystem:
             "commits": self.journal.commits,
             "seconds_since_commit": round(time.monotonic() - self.journal.committed_at, 1)
             if self.journal.commits else None,
-            "uncommitted_inodes": len(self.ns.journal_changes.inodes),  # changed since the last commit
+            "uncommitted_inodes": self.journal.uncommitted_inodes,
             "pending_checkpoint_inodes": self.ns.catalog_changes.inode_count,  # once per commit
             "checkpoints": self.journal.checkpoints,
             "last_checkpoint_seconds": round(self.journal.last_checkpoint_seconds, 3),

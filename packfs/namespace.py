@@ -25,9 +25,11 @@ CAPABILITY = b"security.capability"  # file capabilities: what a write by anothe
 XATTR_SIZE_MAX = 65536
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
-# Changed inodes that make the journal commit without an fsync. A commit snapshots them on
-# the event loop: 20,000 held it 160-330 ms in a tree build without fsync (a replication
-# pass, a copy), 4,000 ~50 ms, and the build ran as fast (see docs/bench-latest.md).
+# Changed inodes that make the journal commit without an fsync (in a tree build without
+# fsync: a replication pass, a copy). It bounds a META record's size and what a crash
+# replays. Taken at once, 20,000 held the event loop 160-330 ms and 4,000 ~50 ms, and
+# the build ran as fast (see docs/bench-latest.md); now such a commit is snapshotted a
+# part per turn (Journal._commit_behind).
 COMMIT_INODES = 4_000
 
 

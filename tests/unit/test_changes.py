@@ -47,3 +47,17 @@ def test_parts_give_each_change_once_and_all_of_them():
     taken.extend(p)
     taken.extend(p)
     assert taken.changes().inodes == p.changes().inodes and taken.inode_count == 2 * p.inode_count
+
+
+def test_a_commits_changes_in_parts_are_each_once_and_all_of_them():
+    ch = Changes()
+    ch.inodes = set(range(10, 33))
+    ch.dirents = {(1, b"n%d" % i) for i in range(9)}
+    ch.refs = {(1, 4096, 100)}
+    parts = list(ch.parts(5))
+    assert len(parts) == 5
+    assert all(len(p.inodes) <= 5 and len(p.dirents) <= 5 for p in parts)
+    assert sorted(i for p in parts for i in p.inodes) == sorted(ch.inodes)
+    assert sorted(e for p in parts for e in p.dirents) == sorted(ch.dirents)
+    assert parts[0].refs == ch.refs and not any(p.refs for p in parts[1:])
+    assert len(list(Changes().parts(5))) == 1  # nothing changed: one empty part

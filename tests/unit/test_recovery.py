@@ -644,6 +644,108 @@ def test_a_checkpoint_taken_in_parts_holds_the_namespace_as_at_its_last_commit(p
         p.catalog.close()
 
 
+def test_a_commit_taken_in_parts_holds_the_namespace_as_at_its_staging(packdir, monkeypatch):
+    """Requests change the namespace between the parts of background commits' snapshots:
+    each META must still hold it exactly as at its staging, so that recovery gives the
+    namespace as at the last commit."""
+    from packfs import namespace
+    from test_catalog import dump
+    monkeypatch.setattr(namespace, "COMMIT_INODES", 100_000)  # only the commits below
+    states = {}  # the namespace at each staging, by the log position after it
+    last = []
+
+    async def body(fs: Filesystem) -> None:
+        d = fs.create(ROOT, b"d", DIR, 0, 0).ino
+        files = [await write_file(fs, d, b"f%03d" % i, b"%d" % i * 100) for i in range(100)]
+        await fs.fsync()
+        volumes, stage = fs.journal.volumes, fs.journal._stage
+        behind = 0
+
+        def staged(*args, **kwargs) -> None:
+            nonlocal behind
+            behind += kwargs.get("behind") is not None
+            stage(*args, **kwargs)
+            states[volumes.active, volumes.tail] = dump(fs.ns)
+            last[:] = [(volumes.active, volumes.tail)]
+
+        fs.journal._stage = staged
+        fs.journal.snapshot_part = 3
+        n = 0
+
+        async def change() -> None:
+            nonlocal n
+            while True:
+                i = n % 100
+                name = b"f%03d" % i
+                if n % 4 == 0:
+                    fs.rename(d, name, ROOT, name, 0)
+                    fs.rename(ROOT, name, d, name, 0)
+                elif n % 4 == 1:
+                    fs.setxattr(files[i], b"user.n", b"%d" % n)
+                elif n % 4 == 2:
+                    fs.unlink(d, name)
+                    files[i] = await write_file(fs, d, name, b"new %d" % n)
+                else:
+                    fs.create(d, b"new%d" % n, DIR, 0, 0)
+                n += 1
+                await trio.lowlevel.checkpoint()
+
+        for i in range(100):
+            fs.setxattr(files[i], b"user.n", b"before")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(change)
+            for _ in range(3):
+                await fs.journal._commit_behind()
+            nursery.cancel_scope.cancel()
+        await volumes.wait_durable(volumes.last_ticket)  # what came after is lost in the crash
+        assert behind == 3 and n > 30  # changes came between the parts
+
+    run(packdir, body, clean=False)
+    p = open_pack(packdir)
+    try:
+        assert dump(p.ns) == states[last[0]]
+    finally:
+        p.volumes.close()
+        p.catalog.close()
+
+
+def test_an_fsync_during_a_commit_in_parts_makes_the_parts_durable(packdir, monkeypatch):
+    """An fsync staged while a background commit is in its second round of parts commits
+    what that commit took in both, though the background commit never stages."""
+    from packfs import namespace
+    monkeypatch.setattr(namespace, "COMMIT_INODES", 1000)  # no background commit of its own
+
+    async def body(fs: Filesystem) -> None:
+        d = fs.create(ROOT, b"d", DIR, 0, 0).ino
+        await fs.fsync()
+        for i in range(30):
+            await write_file(fs, d, b"f%03d" % i, b"data %d" % i)
+        fs.journal.snapshot_part = 3
+        volumes, ensure_space = fs.journal.volumes, fs.journal.volumes.ensure_space
+
+        async def never_for_the_background_commit(*args, **kwargs) -> None:
+            if trio.lowlevel.current_task().name.endswith("_commit_behind"):
+                await trio.sleep_forever()  # after its parts: it never stages
+            await ensure_space(*args, **kwargs)
+
+        volumes.ensure_space = never_for_the_background_commit
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(fs.journal._commit_behind)
+            while fs.ns.journal_changes.inodes:  # until the background commit takes them
+                await trio.lowlevel.checkpoint()
+            for i in range(30, 40):  # more than a part: a second round takes them
+                await write_file(fs, d, b"f%03d" % i, b"data %d" % i)
+            while fs.ns.journal_changes.inodes:
+                await trio.lowlevel.checkpoint()
+            assert fs.journal.uncommitted_inodes > 40
+            await fs.fsync()
+            nursery.cancel_scope.cancel()
+        assert fs.journal.uncommitted_inodes == 0
+
+    run(packdir, body, clean=False)
+    assert replayed_and_entries(packdir, b"d")[1] == 40
+
+
 def test_a_checkpoint_that_fails_after_its_parts_gives_back_what_it_took(packdir):
     import errno
     from packfs.errors import FsError
