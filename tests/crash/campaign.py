@@ -296,7 +296,7 @@ class Workload:
             (self.op_fsync, 9), (self.op_fsyncdir, 7), (self.op_truncate, 4), (self.op_chmod, 2),
             (self.op_utime, 2), (self.op_setxattr, 6), (self.op_removexattr, 2), (self.op_rename, 9),
             (self.op_link, 3), (self.op_unlink, 5), (self.op_mkdir, 4), (self.op_rmdir, 2),
-            (self.op_read, 3), (self.op_checkpoint, 2), (self.op_checkpoint_behind, 2), (self.op_group_commit, 5),
+            (self.op_read, 3), (self.op_checkpoint, 2), (self.op_checkpoint_behind, 2), (self.op_commit_behind, 2), (self.op_group_commit, 5),
         ]
         fns, weights = zip(*table)
         for i in range(n):
@@ -637,6 +637,11 @@ class Workload:
         await trio.lowlevel.checkpoint()  # it takes its first part now
         return "checkpoint in the background"
 
+    async def op_commit_behind(self) -> str:
+        self.fs.journal._commit_wanted.set()  # the committer's parts interleave with the next operations
+        await trio.lowlevel.checkpoint()  # it appends its first part of buffered data now
+        return "commit in the background"
+
 
 # -- recovered trees -------------------------------------------------------------------------
 
@@ -802,7 +807,7 @@ class Runner:
             pk = packmod.open_pack(root, disk, self.opts.volume_size, self.opts.cache_size)
             instrument_catalog(pk.catalog, disk)
             fs = Filesystem(pk, self.opts, disk)
-            fs.journal.snapshot_part = 3  # the background checkpointer's parts interleave with operations
+            fs.journal.snapshot_part = 3  # background checkpoints' and commits' parts interleave with operations
             async with trio.open_nursery() as nursery:
                 await fs.start(nursery)
                 w = Workload(fs, disk, model, rng)
