@@ -296,7 +296,8 @@ class Workload:
             (self.op_fsync, 9), (self.op_fsyncdir, 7), (self.op_truncate, 4), (self.op_chmod, 2),
             (self.op_utime, 2), (self.op_setxattr, 6), (self.op_removexattr, 2), (self.op_rename, 9),
             (self.op_link, 3), (self.op_unlink, 5), (self.op_mkdir, 4), (self.op_rmdir, 2),
-            (self.op_read, 3), (self.op_checkpoint, 2), (self.op_checkpoint_behind, 2), (self.op_commit_behind, 2), (self.op_group_commit, 5),
+            (self.op_read, 3), (self.op_checkpoint, 2), (self.op_checkpoint_behind, 2), (self.op_commit_behind, 2),
+            (self.op_group_commit, 5),
         ]
         fns, weights = zip(*table)
         for i in range(n):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
 
@@ -573,6 +574,39 @@ def test_a_directory_number_a_file_took_in_the_same_commit_replays(packdir):
     assert read_via_pack(packdir, b"g") == b"reused"
 
 
+@dataclass
+class Changer:
+    """Changes the files f000... of directory d (files: their inodes, kept current), one
+    change per turn of the event loop, for ever: renames out and back, xattrs,
+    replacements, overwrites, new directories. n counts the changes made."""
+    fs: Filesystem
+    d: int
+    files: list[int]
+    n: int = 0
+
+    async def run(self) -> None:
+        fs, d, files = self.fs, self.d, self.files
+        while True:
+            n, i = self.n, self.n % len(files)
+            name = b"f%03d" % i
+            if n % 5 == 0:
+                fs.rename(d, name, ROOT, name, 0)
+                fs.rename(ROOT, name, d, name, 0)
+            elif n % 5 == 1:
+                fs.setxattr(files[i], b"user.n", b"%d" % n)
+            elif n % 5 == 2:
+                fs.unlink(d, name)
+                files[i] = await write_file(fs, d, name, b"new %d" % n)
+            elif n % 5 == 3:
+                fh = fs.open(files[i])
+                await fs.write(fh, 3, b"overwritten %d" % n)
+                await fs.release(fh)
+            else:
+                fs.create(d, b"new%d" % n, DIR, 0, 0)
+            self.n += 1
+            await trio.lowlevel.checkpoint()
+
+
 def test_a_checkpoint_taken_in_parts_holds_the_namespace_as_at_its_last_commit(packdir, monkeypatch):
     """Requests and background commits change the namespace between the parts of a
     checkpoint's snapshot: the catalog must still hold it exactly as at one commit, the
@@ -600,35 +634,13 @@ def test_a_checkpoint_taken_in_parts_holds_the_namespace_as_at_its_last_commit(p
 
         fs.journal._stage = staged
         fs.journal.snapshot_part = 7
-        n = background = 0
-
-        async def change() -> None:
-            nonlocal n
-            while True:
-                i = n % 200
-                name = b"f%03d" % i
-                if n % 5 == 0:
-                    fs.rename(d, name, ROOT, name, 0)
-                    fs.rename(ROOT, name, d, name, 0)
-                elif n % 5 == 1:
-                    fs.setxattr(files[i], b"user.n", b"%d" % n)
-                elif n % 5 == 2:
-                    fs.unlink(d, name)
-                    files[i] = await write_file(fs, d, name, b"new %d" % n)
-                elif n % 5 == 3:
-                    fh = fs.open(files[i])
-                    await fs.write(fh, 3, b"overwritten %d" % n)
-                    await fs.release(fh)
-                else:
-                    fs.create(d, b"new%d" % n, DIR, 0, 0)
-                n += 1
-                await trio.lowlevel.checkpoint()
-
+        background = 0
+        changer = Changer(fs, d, files)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(change)
+            nursery.start_soon(changer.run)
             await fs.journal.checkpoint()
             nursery.cancel_scope.cancel()
-        assert n > 20 and background > 2  # changes and commits came between the parts
+        assert changer.n > 20 and background > 2  # changes and commits came between the parts
 
     run(packdir, body, clean=False)
     cat = Catalog(str(packdir / "catalog.sqlite"))
@@ -670,35 +682,16 @@ def test_a_commit_taken_in_parts_holds_the_namespace_as_at_its_staging(packdir, 
 
         fs.journal._stage = staged
         fs.journal.snapshot_part = 3
-        n = 0
-
-        async def change() -> None:
-            nonlocal n
-            while True:
-                i = n % 100
-                name = b"f%03d" % i
-                if n % 4 == 0:
-                    fs.rename(d, name, ROOT, name, 0)
-                    fs.rename(ROOT, name, d, name, 0)
-                elif n % 4 == 1:
-                    fs.setxattr(files[i], b"user.n", b"%d" % n)
-                elif n % 4 == 2:
-                    fs.unlink(d, name)
-                    files[i] = await write_file(fs, d, name, b"new %d" % n)
-                else:
-                    fs.create(d, b"new%d" % n, DIR, 0, 0)
-                n += 1
-                await trio.lowlevel.checkpoint()
-
         for i in range(100):
             fs.setxattr(files[i], b"user.n", b"before")
+        changer = Changer(fs, d, files)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(change)
+            nursery.start_soon(changer.run)
             for _ in range(3):
                 await fs.journal._commit_behind()
             nursery.cancel_scope.cancel()
         await volumes.wait_durable(volumes.last_ticket)  # what came after is lost in the crash
-        assert behind == 3 and n > 30  # changes came between the parts
+        assert behind == 3 and changer.n > 30  # changes came between the parts
 
     run(packdir, body, clean=False)
     p = open_pack(packdir)
