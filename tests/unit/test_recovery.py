@@ -574,6 +574,28 @@ def test_a_directory_number_a_file_took_in_the_same_commit_replays(packdir):
     assert read_via_pack(packdir, b"g") == b"reused"
 
 
+class Staged:
+    """Wraps a journal's _stage: the namespace after each staging, by the log position
+    after it (states), the last position, and how many stagings were given keywords (a
+    background commit's or an fsync's, not a checkpoint's) or a commit in parts' layers."""
+
+    def __init__(self, fs: Filesystem) -> None:
+        self.fs, self.stage = fs, fs.journal._stage
+        self.states: dict[tuple[int, int], tuple] = {}
+        self.last: tuple[int, int] | None = None
+        self.with_keywords = self.behind = 0
+        fs.journal._stage = self
+
+    def __call__(self, *args, **kwargs) -> None:
+        from test_catalog import dump
+        self.with_keywords += bool(kwargs)
+        self.behind += kwargs.get("behind") is not None
+        self.stage(*args, **kwargs)
+        volumes = self.fs.journal.volumes
+        self.last = (volumes.active, volumes.tail)
+        self.states[self.last] = dump(self.fs.ns)
+
+
 @dataclass
 class Changer:
     """Changes the files f000... of directory d (files: their inodes, kept current), one
@@ -616,33 +638,24 @@ def test_a_checkpoint_taken_in_parts_holds_the_namespace_as_at_its_last_commit(p
     from packfs.recovery import load_namespace
     from test_catalog import dump
     monkeypatch.setattr(namespace, "COMMIT_INODES", 10)  # background commits between the parts too
-    states = {}  # the namespace after each commit, by the log position after it
-    last = []
+    staged: list[Staged] = []
 
     async def body(fs: Filesystem) -> None:
         d = fs.create(ROOT, b"d", DIR, 0, 0).ino
         files = [await write_file(fs, d, b"f%03d" % i, b"%d" % i * 100) for i in range(200)]
         await fs.fsync()
-        volumes, stage = fs.journal.volumes, fs.journal._stage
-
-        def staged(*args, **kwargs) -> None:  # a checkpoint's or (with wake=) a commit's
-            nonlocal background
-            background += bool(kwargs)
-            stage(*args, **kwargs)
-            states[volumes.active, volumes.tail] = dump(fs.ns)
-            last[:] = [(volumes.active, volumes.tail)]
-
-        fs.journal._stage = staged
+        staged.append(Staged(fs))
         fs.journal.snapshot_part = 7
-        background = 0
         changer = Changer(fs, d, files)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(changer.run)
             await fs.journal.checkpoint()
             nursery.cancel_scope.cancel()
-        assert changer.n > 20 and background > 2  # changes and commits came between the parts
+        # changes and commits came between the parts
+        assert changer.n > 20 and staged[0].with_keywords > 2
 
     run(packdir, body, clean=False)
+    states = staged[0].states
     cat = Catalog(str(packdir / "catalog.sqlite"))
     try:
         assert dump(load_namespace(cat)) == states[cat.settings["volume"], cat.settings["offset"]]
@@ -650,7 +663,7 @@ def test_a_checkpoint_taken_in_parts_holds_the_namespace_as_at_its_last_commit(p
         cat.close()
     p = open_pack(packdir)
     try:
-        assert dump(p.ns) == states[last[0]]  # and recovery replays the commits after it
+        assert dump(p.ns) == states[staged[0].last]  # and recovery replays the commits after it
     finally:
         p.volumes.close()
         p.catalog.close()
@@ -663,24 +676,14 @@ def test_a_commit_taken_in_parts_holds_the_namespace_as_at_its_staging(packdir, 
     from packfs import namespace
     from test_catalog import dump
     monkeypatch.setattr(namespace, "COMMIT_INODES", 100_000)  # only the commits below
-    states = {}  # the namespace at each staging, by the log position after it
-    last = []
+    staged: list[Staged] = []
 
     async def body(fs: Filesystem) -> None:
         d = fs.create(ROOT, b"d", DIR, 0, 0).ino
         files = [await write_file(fs, d, b"f%03d" % i, b"%d" % i * 100) for i in range(100)]
         await fs.fsync()
-        volumes, stage = fs.journal.volumes, fs.journal._stage
-        behind = 0
-
-        def staged(*args, **kwargs) -> None:
-            nonlocal behind
-            behind += kwargs.get("behind") is not None
-            stage(*args, **kwargs)
-            states[volumes.active, volumes.tail] = dump(fs.ns)
-            last[:] = [(volumes.active, volumes.tail)]
-
-        fs.journal._stage = staged
+        staged.append(Staged(fs))
+        volumes = fs.journal.volumes
         fs.journal.snapshot_part = 3
         for i in range(100):
             fs.setxattr(files[i], b"user.n", b"before")
@@ -691,12 +694,12 @@ def test_a_commit_taken_in_parts_holds_the_namespace_as_at_its_staging(packdir, 
                 await fs.journal._commit_behind()
             nursery.cancel_scope.cancel()
         await volumes.wait_durable(volumes.last_ticket)  # what came after is lost in the crash
-        assert behind == 3 and changer.n > 30  # changes came between the parts
+        assert staged[0].behind == 3 and changer.n > 30  # changes came between the parts
 
     run(packdir, body, clean=False)
     p = open_pack(packdir)
     try:
-        assert dump(p.ns) == states[last[0]]
+        assert dump(p.ns) == staged[0].states[staged[0].last]
     finally:
         p.volumes.close()
         p.catalog.close()
