@@ -7,6 +7,7 @@ checkpoint durable when its transaction commits.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Iterable, Iterator
 
@@ -57,15 +58,32 @@ class Catalog:
             self._reader.close()
         self.db.close()
 
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One transaction, begun and committed by statements.
+
+        Not apsw's `with connection`: its COMMIT holds the GIL, and a checkpoint's commit
+        (the WAL's writes and fsyncs, and the copy back into the database) held the event
+        loop's thread up to 80 ms beside 4 fsyncing writers. A statement's step lets go of it.
+        """
+        self.db.execute("BEGIN")
+        try:
+            yield
+            self.db.execute("COMMIT")
+        except BaseException:
+            if not self.db.get_autocommit():  # a failed COMMIT may have rolled back already
+                self.db.execute("ROLLBACK")
+            raise
+
     def initialise(self, pack_id: int) -> None:
-        with self.db:
+        with self._transaction():
             self._put({"format": FORMAT_VERSION, "pack_id": pack_id, "volume": 1, "offset": 0,
                        "seq": 1, "next_ino": 2})
 
     def upgrade(self) -> None:
         """Mark an older (readable) format as the current one: the current reads both."""
         if self.settings.get("format") != FORMAT_VERSION:
-            with self.db:
+            with self._transaction():
                 self._put({"format": FORMAT_VERSION})
 
     def _put(self, values: dict) -> None:
@@ -84,7 +102,7 @@ class Catalog:
         return s["volume"], s["offset"], s["seq"], s["next_ino"]
 
     def set_image_token(self, token: int | None) -> None:
-        with self.db:
+        with self._transaction():
             self._put({"image": token})
 
     def inode_rows(self, xattrs: bool = True) -> Iterator[InodeRow]:
@@ -128,7 +146,7 @@ class Catalog:
         Any namespace image stops matching the catalog: its token goes, and then its file.
         """
         had_image = self.image_token is not None
-        with self.db:
+        with self._transaction():
             self.db.execute("DELETE FROM dead_records")
             self.db.executemany("INSERT OR REPLACE INTO dead_records VALUES (?,?,?)", dead)
             self.db.executemany(

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import stat
+import sys
+import threading
 
+import apsw
 import pytest
 
 from packfs.catalog import Catalog, CatalogError
@@ -148,3 +151,40 @@ def test_xattrs_are_read_from_the_last_checkpoint_while_the_next_is_being_writte
         cat.db.executemany("INSERT OR REPLACE INTO inodes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
         assert cat.xattrs_of(f.ino) == old  # neither blocked nor shown the uncommitted row
     assert unpack_xattrs(cat.xattrs_of(f.ino))[b"user.swift.metadata1"] == b"newer"
+
+
+def test_a_checkpoints_commit_lets_other_threads_run(cat):
+    """The commit's writes and fsyncs run without the GIL, so the event loop's thread
+    serves requests meanwhile; apsw's `with connection` committed holding it (80 ms stalls).
+
+    With forced GIL switches off, the main thread can run between SQLite's commit hook
+    (before the commit writes the WAL) and its WAL hook (after the WAL's fsync) only if
+    the committing thread let the GIL go for that I/O. The transaction is made big, and
+    its pages kept in memory until the commit, so the I/O outlasts a thread's wake-up."""
+    xattrs = pack_xattrs({b"user.swift.metadata": bytes(range(256)) * 2})
+    rows = [(ino, REG, 0, 0, 1, 0, 0, 0, 0, 0, None, xattrs, None, ROOT) for ino in range(2, 40_002)]
+    cat.db.execute("PRAGMA cache_size=-200000").fetchall()
+    committing, seen = threading.Event(), {}
+
+    def on_commit() -> bool:
+        committing.set()
+        return False  # go on committing
+
+    def on_wal(db, name, pages) -> int:
+        seen["ran"] = "main" in seen  # read at once, without letting go of the GIL
+        return apsw.SQLITE_OK
+
+    cat.db.set_commit_hook(on_commit)
+    cat.db.set_wal_hook(on_wal)
+    worker = threading.Thread(target=cat.checkpoint, args=(rows, [], [], [], {"next_ino": 40_002}))
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1000)
+    try:
+        worker.start()
+        assert committing.wait(60)
+        seen["main"] = True
+        worker.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not worker.is_alive() and cat.top_ino() == 40_001
+    assert seen["ran"], "the commit held the GIL through its I/O"
