@@ -188,3 +188,20 @@ def test_a_checkpoints_commit_lets_other_threads_run(cat):
         sys.setswitchinterval(interval)
     assert not worker.is_alive() and cat.top_ino() == 40_001
     assert seen["ran"], "the commit held the GIL through its I/O"
+
+
+def test_a_failed_checkpoint_changes_nothing_and_the_next_one_commits(cat):
+    ns = build()
+    checkpoint(cat, ns)
+    before = cat.counts(), cat.stamp, dict(cat.db.execute("SELECT key, value FROM settings"))
+    good = (90, REG, 0, 0, 1, 0, 0, 0, 0, 0, None, None, None, ROOT)
+    with pytest.raises(apsw.BindingsError):  # a row one column short, after a good one
+        cat.checkpoint([good, good[:-1]], [], [], [], {"next_ino": 91, "seq": 99})
+    cat.db.set_commit_hook(lambda: True)  # the COMMIT itself fails: SQLite rolls back
+    with pytest.raises(apsw.ConstraintError):
+        cat.checkpoint([good], [], [], [], {"next_ino": 91, "seq": 99})
+    cat.db.set_commit_hook(None)
+    assert (cat.counts(), cat.stamp, dict(cat.db.execute("SELECT key, value FROM settings"))) == before
+    assert cat.db.get_autocommit()
+    cat.checkpoint([good], [], [], [], {"next_ino": 91})
+    assert cat.top_ino() == 90 and cat.stamp[3] == 91
