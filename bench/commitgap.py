@@ -9,7 +9,7 @@ prints each checkpoint's time and the main thread's longest sleep, as JSON:
     python -m bench.commitgap DIR [--rows 200000]
 
 A sleep far over 1 ms is the GIL held: apsw's `with connection` committed holding it
-(78-83 ms at 200,000 rows on this VM's root disk; docs/bench-latest.md).
+(77-89 ms at 200,000 rows on this VM's root disk; docs/bench-latest.md).
 """
 from __future__ import annotations
 

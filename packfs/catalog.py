@@ -64,7 +64,7 @@ class Catalog:
 
         Not apsw's `with connection`: its COMMIT holds the GIL, and a checkpoint's commit
         (the WAL's writes and fsyncs, and the copy back into the database) held the event
-        loop's thread 78-83 ms at 200,000 rows. A statement's step lets go of it.
+        loop's thread 77-89 ms at 200,000 rows. A statement's step lets go of it.
         `self.settings` changes only once the commit did.
         """
         self.db.execute("BEGIN")
