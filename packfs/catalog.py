@@ -39,7 +39,7 @@ class CatalogError(Exception):
 class Catalog:
     def __init__(self, path: str, create: bool = False) -> None:
         flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if create else 0)
-        self._reader: apsw.Connection | None = None
+        self._readers: list[apsw.Connection] = []  # read-only connections not in use (xattrs_of)
         try:
             self.db = apsw.Connection(path, flags=flags)
             # One pragma per execute: apsw stops a multi-statement execute at the first row.
@@ -54,8 +54,8 @@ class Catalog:
                                f"reads formats {', '.join(map(str, READABLE_FORMATS))}")
 
     def close(self) -> None:
-        if self._reader is not None and self._reader is not self.db:
-            self._reader.close()
+        for reader in self._readers:
+            reader.close()
         self.db.close()
 
     @contextlib.contextmanager
@@ -111,15 +111,22 @@ class Catalog:
                                f"{'xattrs' if xattrs else 'xattrs IS NOT NULL'}, extents, parent FROM inodes")
 
     def xattrs_of(self, ino: int) -> bytes | None:
-        """One inode's packed xattrs as of the last checkpoint.
+        """One inode's packed xattrs as of the last checkpoint; from any thread.
 
-        Read through a second connection: under WAL it never waits for a checkpoint
+        Read through a connection of its own: under WAL it never waits for a checkpoint
         being written on the first (from a worker thread) and sees the last one committed.
+        Each concurrent caller takes its own from a pool (a connection serves one thread at
+        a time; list pop and append are atomic under the GIL).
         """
-        if self._reader is None:
-            self._reader = apsw.Connection(self.db.filename, flags=apsw.SQLITE_OPEN_READONLY)
-        # fetchall ends the statement, and the read transaction with it, before returning.
-        rows = self._reader.execute("SELECT xattrs FROM inodes WHERE ino = ?", (ino,)).fetchall()
+        try:
+            reader = self._readers.pop()
+        except IndexError:
+            reader = apsw.Connection(self.db.filename, flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            # fetchall ends the statement, and the read transaction with it, before returning.
+            rows = reader.execute("SELECT xattrs FROM inodes WHERE ino = ?", (ino,)).fetchall()
+        finally:
+            self._readers.append(reader)
         return rows[0][0] if rows else None
 
     def top_ino(self) -> int:

@@ -35,6 +35,7 @@ ROOT_WRITER = 1 << 62
 # it is buffered as through a counted handle: whole chunks go at once, the rest at a commit.
 CREATED = 1 << 61
 _WARMED_MAX = 64  # files whose records were prefetched lately, not asked for again
+CATALOG_READERS = 4  # xattr reads from the catalog at once (noxattrs_in_memory), each in a thread
 STATS_PART = 32_768  # inode slots `stats` counts per turn of the event loop
 
 
@@ -65,6 +66,7 @@ class Filesystem:
         self.privileged: set[int] = set()  # handles root opened: their writes keep set-ID bits
         self._next_fh = 1
         self._warmed: dict[int, None] = {}  # the last files prefetched, oldest first
+        self._catalog_reads = trio.CapacityLimiter(CATALOG_READERS)
         self.started = time.time()
 
     async def start(self, nursery: trio.Nursery) -> None:
@@ -157,10 +159,21 @@ class Filesystem:
 
     # -- xattrs -------------------------------------------------------------------
 
-    def getxattr(self, ino: int, name: bytes) -> bytes:
+    async def getxattr(self, ino: int, name: bytes) -> bytes:
         if self.options.prefetch and ino not in self._warmed:
             self._warm(ino)
+        await self._fetch_xattrs(ino)
         return self.ns.getxattr(ino, name)
+
+    async def _fetch_xattrs(self, ino: int) -> None:
+        """With noxattrs_in_memory, read a file's xattrs from the catalog in a worker thread:
+        on a cold cache the read waits for the disk, and on the event loop every other
+        request would wait behind it."""
+        t = self.ns.table
+        if t.xattrs_to_fetch(ino):
+            epoch = t.xattr_epoch
+            x = await trio.to_thread.run_sync(t.fetch_xattrs, ino, limiter=self._catalog_reads)
+            t.keep_fetched(ino, x, epoch)
 
     def _warm(self, ino: int) -> None:
         """Start the disk read of a regular file's first records: a file whose xattrs are
@@ -175,7 +188,8 @@ class Filesystem:
             del self._warmed[next(iter(self._warmed))]
         self.volumes.prefetch(node.extent_list())
 
-    def listxattr(self, ino: int) -> list[bytes]:
+    async def listxattr(self, ino: int) -> list[bytes]:
+        await self._fetch_xattrs(ino)
         return self.ns.listxattr(ino)
 
     def setxattr(self, ino: int, name: bytes, value: bytes) -> None:

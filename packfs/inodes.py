@@ -145,7 +145,8 @@ class InodeTable:
         self.xblobs = CountedArena(XATTR_GRAIN)
         self.xcat = bytearray()  # 1 where the catalog holds the inode's xattrs (and `xat` is 0)
         self.fetch_xattrs: Callable[[int], bytes | None] = lambda ino: None  # from the catalog
-        self._fetched: dict[int, bytes] = {}  # the last few values fetched (a GET reads them ~5 times)
+        self._fetched: dict[int, bytes | None] = {}  # the last few values fetched (a GET reads them ~5 times)
+        self.xattr_epoch = 0  # counts xattr changes and freed slots (see keep_fetched)
         self._uncompressed: set[int] = set()  # set by setxattr since the last compress_xattrs
         self._settling: set[int] = set()  # of those, set in the compressor's last two turns
         self._turn = 0  # the background compressor's turns, one after each commit
@@ -467,6 +468,7 @@ class InodeTable:
             self._clear_entries(ino)
         self.xblobs.release(self.xat[ino])
         self.mode[ino] = self.xcat[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
+        self.xattr_epoch += 1
         self.set_narrow("lookups", ino, 0)
         for sparse in (self.rdev, self.target, self._fetched, self.extents, self.opens, self.wbuf,
                        self.wide_ctime):
@@ -525,10 +527,24 @@ class InodeTable:
         x = self._fetched.get(ino)
         if x is None:
             x = self.fetch_xattrs(ino)
-            if len(self._fetched) >= _FETCHED_MAX:
-                del self._fetched[next(iter(self._fetched))]
-            self._fetched[ino] = x  # type: ignore[assignment]
-        return x  # type: ignore[return-value]
+            self._remember(ino, x)
+        return x
+
+    def xattrs_to_fetch(self, ino: int) -> bool:
+        """Whether reading ino's xattrs would read the catalog (see keep_fetched)."""
+        return self.exists(ino) and not self.xat[ino] and self.xcat[ino] == 1 and ino not in self._fetched
+
+    def keep_fetched(self, ino: int, x: bytes | None, epoch: int) -> None:
+        """Keep ino's xattrs, read from the catalog off the event loop while `xattr_epoch`
+        was epoch. Dropped if any xattrs changed or any slot was freed since: the read may
+        have given an older value, or a freed inode's."""
+        if epoch == self.xattr_epoch and self.xcat[ino]:
+            self._remember(ino, x)
+
+    def _remember(self, ino: int, x: bytes | None) -> None:
+        if ino not in self._fetched and len(self._fetched) >= _FETCHED_MAX:
+            del self._fetched[next(iter(self._fetched))]
+        self._fetched[ino] = x
 
     def plain_xattrs(self, ino: int) -> bytes | None:
         """An inode's xattrs, packed plain. Decoding Swift's metadata takes ~10 us (its
@@ -564,6 +580,7 @@ class InodeTable:
         self.xblobs.release(old)
         self.xcat[ino] = 0  # (no value hides whatever the catalog holds)
         self._fetched.pop(ino, None)
+        self.xattr_epoch += 1
         if self.xattrs_changed is not None:
             self.xattrs_changed(ino)
         if packed and compressible(packed):

@@ -292,14 +292,14 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
-        value = self.fs.getxattr(inode, name)
+        value = await self.fs.getxattr(inode, name)
         if self.cache_xattrs is not None:
             self.cache_xattrs(inode, self.fs.ns.plain_xattrs(inode))  # the next ones come to the shim
         return value
 
     @_op
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> Sequence[bytes]:
-        return self.fs.listxattr(inode)
+        return await self.fs.listxattr(inode)
 
     @_op
     async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext) -> None:

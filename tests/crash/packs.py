@@ -140,7 +140,7 @@ async def tree(fs: Filesystem) -> dict[str, Any]:
                 out[path] = await read_file(fs, path)
             except FsError as e:
                 out[path] = e.errno
-            x = {n: fs.getxattr(child, n) for n in fs.listxattr(child)}
+            x = {n: await fs.getxattr(child, n) for n in await fs.listxattr(child)}
             if x:
                 out[path + "@"] = x
     return out

@@ -203,6 +203,39 @@ def test_a_reused_inode_number_never_sees_the_catalogs_xattrs_of_the_old_inode(n
     assert g.ino == f.ino and g.xattr_names() == [] and g.row()[11] is None and cat.reads == 0
 
 
+def test_xattrs_read_off_the_event_loop_are_kept_only_if_nothing_changed_meanwhile(ns):
+    """Filesystem reads a file's checkpointed xattrs in a worker thread (keep_fetched): a
+    change, or a freed slot, while that read was out makes its result untrustworthy."""
+    cat = FakeCatalog().serve(ns.table)
+    t = ns.table
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    ns.setxattr(f.ino, b"user.a", b"old")
+    t.checkpointed(cat.checkpoint(t, [f.ino]))
+    assert t.xattrs_to_fetch(f.ino)
+    epoch, x = t.xattr_epoch, t.fetch_xattrs(f.ino)  # the read goes out...
+    ns.setxattr(f.ino, b"user.a", b"new")  # ...the value changes and is checkpointed...
+    t.checkpointed(cat.checkpoint(t, [f.ino]))
+    t.keep_fetched(f.ino, x, epoch)  # ...and the old value comes back: not kept
+    assert t.xattrs_to_fetch(f.ino) and ns.getxattr(f.ino, b"user.a") == b"new"
+
+    g = ns.create(ROOT, b"g", REG, 0, 0)
+    ns.setxattr(g.ino, b"user.a", b"g's")
+    t.checkpointed(cat.checkpoint(t, [g.ino]))
+    epoch, x = t.xattr_epoch, t.fetch_xattrs(g.ino)
+    ns.unlink(ROOT, b"g")
+    ns.release(g)
+    h = ns.create(ROOT, b"h", REG, 0, 0)  # g's number, reused
+    ns.setxattr(h.ino, b"user.a", b"h's")
+    t.checkpointed(cat.checkpoint(t, [h.ino]))
+    t.keep_fetched(h.ino, x, epoch)
+    assert h.ino == g.ino and ns.getxattr(h.ino, b"user.a") == b"h's"
+
+    epoch, x = t.xattr_epoch, t.fetch_xattrs(f.ino)  # nothing changes meanwhile: kept
+    t.keep_fetched(f.ino, x, epoch)
+    reads = cat.reads
+    assert not t.xattrs_to_fetch(f.ino) and ns.getxattr(f.ino, b"user.a") == b"new" and cat.reads == reads
+
+
 def test_replayed_rows_override_the_catalogs_xattrs():
     t = InodeTable()
     cat = FakeCatalog().serve(t)

@@ -106,6 +106,6 @@ def test_the_changes_survive_a_remount(packdir: Path):
 
     async def check(fs: Filesystem) -> None:
         node = fs.lookup(ROOT, b"f")
-        assert stat.S_IMODE(node.mode) == 0o755 and fs.listxattr(node.ino) == []
+        assert stat.S_IMODE(node.mode) == 0o755 and await fs.listxattr(node.ino) == []
     run(packdir, body, clean=False)
     run(packdir, check, clean=True)

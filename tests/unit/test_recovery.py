@@ -407,7 +407,7 @@ def test_changes_nobody_fsyncs_are_committed_within_the_interval(packdir):
     async def check(fs: Filesystem) -> None:
         node = fs.lookup(fs.lookup(ROOT, b"rsynced").ino, b"obj.data")
         assert await read_all(fs, node.ino) == data
-        assert fs.getxattr(node.ino, b"user.k") == b"v"
+        assert await fs.getxattr(node.ino, b"user.k") == b"v"
 
     run(packdir, check, clean=True)
 

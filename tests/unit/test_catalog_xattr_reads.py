@@ -1,0 +1,60 @@
+"""noxattrs_in_memory without FUSE: a file's checkpointed xattrs are read from the catalog
+in a worker thread, so the event loop serves other requests while that read waits."""
+from __future__ import annotations
+
+import stat
+import threading
+from pathlib import Path
+
+import trio
+
+from packfs import pack as packmod
+from packfs.disk import Disk
+from packfs.filesystem import Filesystem
+from packfs.namespace import ROOT
+from packfs.options import Options
+
+REG = stat.S_IFREG | 0o644
+META = b"user.swift.metadata"
+
+
+def test_a_catalog_read_of_xattrs_leaves_the_event_loop_free(tmp_path: Path):
+    packmod.initialise(str(tmp_path / "pack"), Disk())
+    p = packmod.open_pack(str(tmp_path / "pack"), Disk(), 1 << 30, 8 << 20, xattrs_in_memory=False)
+    started, loop_ran = threading.Event(), threading.Event()
+
+    async def main() -> None:
+        fs = Filesystem(p, Options(commit_interval=0, xattrs_in_memory=False))
+        async with trio.open_nursery() as nursery:
+            await fs.start(nursery)
+            ino = fs.create(ROOT, b"f", REG, 0, 0).ino
+            fs.setxattr(ino, META, b"m" * 300)
+            await fs.journal.checkpoint()
+            table = fs.ns.table
+            assert table.xattrs_to_fetch(ino)  # the value left memory with the checkpoint
+            from_catalog = table.fetch_xattrs
+
+            def slow_read(i: int) -> bytes | None:
+                started.set()
+                assert loop_ran.wait(5), "the event loop stood still during the catalog read"
+                return from_catalog(i)
+
+            async def another_request() -> None:
+                while not started.is_set():
+                    await trio.sleep(0.001)
+                loop_ran.set()
+
+            table.fetch_xattrs = slow_read
+            nursery.start_soon(another_request)
+            assert await fs.getxattr(ino, META) == b"m" * 300
+            table.fetch_xattrs = from_catalog
+            assert not table.xattrs_to_fetch(ino) and await fs.listxattr(ino) == [META]
+            await fs.close()
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    finally:
+        p.volumes.close()
+        p.catalog.close()
+    assert started.is_set() and loop_ran.is_set()
