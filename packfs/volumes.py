@@ -537,8 +537,14 @@ class Volumes:
 
     # -- reading ------------------------------------------------------------------
 
-    async def read(self, volume: int, offset: int, length: int, ino: int) -> bytes:
-        """The verified payload of a DATA record; EIO if it is corrupt."""
+    async def read(self, volume: int, offset: int, length: int, ino: int, keep: bool = True) -> bytes:
+        """The verified payload of a DATA record; EIO if it is corrupt.
+
+        keep: hold it in the read cache for the next reads of its other parts. A record the
+        reader takes whole (every Swift object below disk_chunk_size) is not kept: the
+        kernel keeps the file's pages, and the volume's stay in its page cache, so a copy
+        here would only be a third one (~4 KiB of RSS per small object read, up to
+        cache_size)."""
         queued = self._inflight.get((volume, offset))
         if queued is not None:
             return b"".join(queued)[records.HEADER_SIZE: records.HEADER_SIZE + length]
@@ -556,13 +562,15 @@ class Volumes:
                 raise self._read_error(volume, offset, e) from e
             if buf is not None:
                 payload = self._verified(buf, volume, offset, length, ino)
-                self._remember(k, payload)
+                if keep:
+                    self._remember(k, payload)
                 return payload
         self._loading[k] = done = trio.Event()
         self.reads_waited += 1
         try:
             payload = await trio.to_thread.run_sync(self._read_verified, volume, offset, length, ino)
-            self._remember(k, payload)
+            if keep:
+                self._remember(k, payload)
         finally:
             del self._loading[k]
             done.set()

@@ -224,8 +224,8 @@ class WriteBehind:
             for pos, length, e in plan:
                 if e is None:
                     continue
-                payload = await self.volumes.read(e[2], e[3], e[5], node.ino)
                 start = e[4] + (pos - e[0])
+                payload = await self.volumes.read(e[2], e[3], e[5], node.ino, keep=length < e[5])
                 out[pos - offset:pos - offset + length] = payload[start:start + length]
             if plan == list(ext.pieces(node.extent_list(), offset, min(offset + size, node.size))):
                 break  # no flush or truncate raced with the reads above
