@@ -60,7 +60,8 @@ class Catalog:
 
     def close(self) -> None:
         for reader in self._readers:
-            reader.close()
+            if reader is not self.db:
+                reader.close()
         self.db.close()
 
     @contextlib.contextmanager

@@ -83,7 +83,8 @@ def open_catalog(path: str, writable: bool) -> Catalog:
         raise CatalogError(f"catalog {path} is missing")
     cat = Catalog.__new__(Catalog)
     try:
-        cat.db = cat._reader = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+        cat.db = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+        cat._readers = [cat.db]  # read-only already: xattrs_of reads through it
         cat.settings = dict(cat.db.execute("SELECT key, value FROM settings"))
     except apsw.Error as e:
         raise CatalogError(f"catalog {path} is damaged: {e}") from e
