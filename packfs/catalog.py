@@ -42,15 +42,22 @@ class CatalogError(Exception):
 
 
 class Catalog:
-    def __init__(self, path: str, create: bool = False) -> None:
-        flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if create else 0)
+    def __init__(self, path: str, create: bool = False, readonly: bool = False) -> None:
+        """readonly: open it as it is, writing nothing (fsck's check of a pack or image)."""
+        if readonly:
+            flags = apsw.SQLITE_OPEN_READONLY
+        else:
+            flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if create else 0)
         self._readers: list[apsw.Connection] = []  # read-only connections not in use (xattrs_of)
         try:
             self.db = apsw.Connection(path, flags=flags)
-            # One pragma per execute: apsw stops a multi-statement execute at the first row.
-            self.db.execute("PRAGMA journal_mode=WAL").fetchall()
-            self.db.execute("PRAGMA synchronous=FULL").fetchall()
-            self.db.execute(SCHEMA)  # IF NOT EXISTS: also adds tables newer than the pack
+            if readonly:
+                self._readers.append(self.db)  # xattrs_of may read through it
+            else:
+                # One pragma per execute: apsw stops a multi-statement execute at the first row.
+                self.db.execute("PRAGMA journal_mode=WAL").fetchall()
+                self.db.execute("PRAGMA synchronous=FULL").fetchall()
+                self.db.execute(SCHEMA)  # IF NOT EXISTS: also adds tables newer than the pack
             self.settings = dict(self.db.execute("SELECT key, value FROM settings"))
         except apsw.Error as e:
             raise CatalogError(f"catalog {path} is damaged: {e}") from e

@@ -7,7 +7,7 @@ import os
 
 import apsw
 
-from .. import READABLE_FORMATS, journal, records
+from .. import journal, records
 from ..catalog import Catalog, CatalogError
 from ..disk import Disk
 from ..namespace import Namespace
@@ -81,16 +81,7 @@ def open_catalog(path: str, writable: bool) -> Catalog:
         return Catalog(path)
     if not os.path.exists(path):
         raise CatalogError(f"catalog {path} is missing")
-    cat = Catalog.__new__(Catalog)
-    try:
-        cat.db = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
-        cat._readers = [cat.db]  # read-only already: xattrs_of reads through it
-        cat.settings = dict(cat.db.execute("SELECT key, value FROM settings"))
-    except apsw.Error as e:
-        raise CatalogError(f"catalog {path} is damaged: {e}") from e
-    if cat.settings.get("format") not in READABLE_FORMATS:
-        raise CatalogError(f"catalog {path} has format {cat.settings.get('format')}")
-    return cat
+    return Catalog(path, readonly=True)
 
 
 def dead_listed(catalog: Catalog) -> set[tuple[int, int, int]]:
