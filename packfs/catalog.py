@@ -48,6 +48,7 @@ class Catalog:
             flags = apsw.SQLITE_OPEN_READONLY
         else:
             flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if create else 0)
+        self.path = path  # (a worker thread must not ask self.db: another may be using it)
         self._readers: list[apsw.Connection] = []  # read-only connections not in use (xattrs_of)
         try:
             self.db = apsw.Connection(path, flags=flags)
@@ -134,7 +135,7 @@ class Catalog:
         try:
             reader = self._readers.pop()
         except IndexError:
-            reader = apsw.Connection(self.db.filename, flags=apsw.SQLITE_OPEN_READONLY)
+            reader = apsw.Connection(self.path, flags=apsw.SQLITE_OPEN_READONLY)
             reader.execute(f"PRAGMA cache_size=-{READER_CACHE_KIB}").fetchall()
         try:
             # fetchall ends the statement, and the read transaction with it, before returning.
@@ -185,7 +186,7 @@ class Catalog:
                 else:
                     self.db.execute("DELETE FROM shared_records WHERE volume = ? AND offset = ?", (vol, off))
         if had_image:
-            image.discard(os.path.dirname(self.db.filename))
+            image.discard(os.path.dirname(self.path))
 
     def counts(self) -> tuple[int, int]:
         inodes = self.db.execute("SELECT count(*) FROM inodes").fetchall()[0][0]

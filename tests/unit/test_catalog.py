@@ -153,6 +153,32 @@ def test_xattrs_are_read_from_the_last_checkpoint_while_the_next_is_being_writte
     assert unpack_xattrs(cat.xattrs_of(f.ino))[b"user.swift.metadata1"] == b"newer"
 
 
+def test_a_new_reader_opens_while_a_checkpoint_holds_the_first_connection(cat):
+    """The pool of readers grows while a checkpoint may be running on the first connection
+    in a worker thread; opening the new reader must not touch that connection (apsw
+    refuses any use of a connection busy in another thread: getxattr failed with EIO)."""
+    ns = build()
+    checkpoint(cat, ns)
+    f = ns.lookup(ROOT, b"hardlink")
+    inside, release = threading.Event(), threading.Event()
+
+    def hold(x: int) -> int:
+        inside.set()
+        assert release.wait(10)
+        return x
+
+    cat.db.create_scalar_function("hold", hold, 1)
+    busy = threading.Thread(target=lambda: cat.db.execute("SELECT hold(1)").fetchall())
+    busy.start()
+    try:
+        assert inside.wait(10)
+        assert not cat._readers  # so the read opens a connection of its own
+        assert unpack_xattrs(cat.xattrs_of(f.ino))[b"user.swift.metadata1"] == b""
+    finally:
+        release.set()
+        busy.join(10)
+
+
 def test_a_checkpoints_commit_lets_other_threads_run(cat):
     """The commit's writes and fsyncs run without the GIL, so the event loop's thread
     serves requests meanwhile; apsw's `with connection` committed holding it (80 ms stalls).
