@@ -14,6 +14,8 @@ import threading
 import time
 import traceback
 
+import pytest
+
 from fsutil import read_file, write_file
 from mounts import PACKFS, daemon_pid, is_mounted, kill9, mounted, stats
 
@@ -238,14 +240,25 @@ def test_kill9_during_rename_commits(tmp_path, packdir):
                 assert not (mnt / name).exists(), f"{name} was unlinked durably but came back"
 
 
-def test_kill9_keeps_fsynced_metadata(tmp_path, packdir):
-    """fsync(file) makes data, size, attributes and xattrs durable; fsync(dir) the names."""
+@pytest.mark.parametrize("options", ["", "noxattrs_in_memory"])
+def test_kill9_keeps_fsynced_metadata(tmp_path, packdir, options):
+    """fsync(file) makes data, size, attributes and xattrs durable; fsync(dir) the names.
+    A checkpoint comes between two halves of the changes, so recovery reads some from the
+    catalog (with noxattrs_in_memory, xattr values too) and replays the others."""
     from fsutil import fsync_dir, snapshot_tree
     from test_bulk import _build_tree
 
+    from packfs import control, pack
+
     mnt = tmp_path / "mnt"
-    with mounted(packdir, mnt):
+    with mounted(packdir, mnt, options):
         _build_tree(mnt)
+        assert control.request(pack.read_marker(str(packdir))["pack_id"], "sync") == {"ok": True}
+        for i, p in enumerate(sorted((mnt / "objects").glob("f*.data"))):
+            if i % 3 == 0:
+                os.setxattr(p, "user.swift.metadata", b"changed after the checkpoint %d" % i)
+            elif i % 3 == 1:
+                os.removexattr(p, "user.swift.metadata")
         # Make everything durable the way an application must: fsync every file and directory.
         for dirpath, dirnames, filenames in os.walk(mnt):
             for name in filenames:
@@ -258,7 +271,7 @@ def test_kill9_keeps_fsynced_metadata(tmp_path, packdir):
         before = snapshot_tree(mnt)
         kill9(packdir, mnt)
     assert os.listdir(mnt) == []
-    with mounted(packdir, mnt):
+    with mounted(packdir, mnt, options):
         after = snapshot_tree(mnt)
     assert after.keys() == before.keys()
     for name in before:
