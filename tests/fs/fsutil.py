@@ -1,5 +1,5 @@
 """Helpers for the real-mount tests: errno assertions, running code as another user,
-tree snapshots, renameat2, and backing-disk usage."""
+tree snapshots, steps repeated in threads, renameat2, and backing-disk usage."""
 from __future__ import annotations
 
 import contextlib
@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -162,6 +163,30 @@ def backing_usage(packdir: Path) -> int:
             with contextlib.suppress(FileNotFoundError):
                 total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
     return total
+
+
+def repeat_concurrently(steps: dict[str, Callable[[], None]], seconds: float) -> list[str]:
+    """Run each step over and over in a thread of its own for `seconds`, or until one
+    raises; what was raised, as `name: error`, for the caller to assert on."""
+    stop = threading.Event()
+    failures: list[str] = []
+
+    def run(name: str, step: Callable[[], None]) -> None:
+        try:
+            while not stop.is_set():
+                step()
+        except BaseException as e:  # noqa: BLE001 - handed back to the test
+            failures.append(f"{name}: {e!r}")
+            stop.set()
+
+    threads = [threading.Thread(target=run, args=item) for item in steps.items()]
+    for t in threads:
+        t.start()
+    stop.wait(seconds)
+    stop.set()
+    for t in threads:
+        t.join(timeout=120)
+    return failures
 
 
 # -- renameat2 ---------------------------------------------------------------------------

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import os
 import random
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from fsutil import repeat_concurrently
 from mounts import mounted
 
 from packfs import control, pack
@@ -103,17 +103,7 @@ def test_mixed_operations_from_many_threads_during_checkpoints(tmp_path, options
     with mounted(tmp_path / "pack", tmp_path / "mnt", options) as root:
         pack_id = pack.read_marker(str(tmp_path / "pack"))["pack_id"]
         workers = [Worker(root, n) for n in range(WORKERS)]
-        stop = threading.Event()
-        failures: list[str] = []
         checkpoints = [0]
-
-        def run(label: str, step) -> None:
-            try:
-                while not stop.is_set():
-                    step()
-            except BaseException as e:  # noqa: BLE001 - reported below
-                failures.append(f"{label}: {e!r}")
-                stop.set()
 
         def checkpoint() -> None:
             assert control.request(pack_id, "sync") == {"ok": True}
@@ -125,14 +115,8 @@ def test_mixed_operations_from_many_threads_during_checkpoints(tmp_path, options
             assert s["files"] >= 0 and "error" not in s, s
             time.sleep(0.05)
 
-        threads = [threading.Thread(target=run, args=(w.dir.name, w.step)) for w in workers]
-        threads += [threading.Thread(target=run, args=(f.__name__, f)) for f in (checkpoint, stats)]
-        for t in threads:
-            t.start()
-        time.sleep(SECONDS)
-        stop.set()
-        for t in threads:
-            t.join(timeout=120)
+        steps = {w.dir.name: w.step for w in workers} | {"checkpoint": checkpoint, "stats": stats}
+        failures = repeat_concurrently(steps, SECONDS)
         assert not failures, failures[:5]
         assert checkpoints[0] >= 10 and all(w.ops >= 50 for w in workers), (checkpoints, [w.ops for w in workers])
         for w in workers:

@@ -14,6 +14,7 @@ import random
 import threading
 import time
 
+from fsutil import repeat_concurrently
 from mounts import mounted
 
 from packfs import control, pack
@@ -58,19 +59,8 @@ def test_checkpointed_xattrs_read_in_worker_threads_stay_right_under_churn(tmp_p
         assert control.request(pack_id, "sync") == {"ok": True}
         assert control.request(pack_id, "stats")["xattr_values_in_memory"] == 0
 
-        stop = threading.Event()
-        failures: list[str] = []
+        failures: list[str] = []  # wrong values read (a step that raises ends the run)
         counts = {"reads": 0, "sets": 0, "replaced": 0, "checkpoints": 0}
-
-        def guarded(fn):
-            def run() -> None:
-                try:
-                    while not stop.is_set():
-                        fn()
-                except Exception as e:  # noqa: BLE001 - reported below, with the thread's work
-                    failures.append(f"{fn.__name__}: {e!r}")
-                    stop.set()
-            return run
 
         def reader_loop():
             seen: dict[str, int] = {}
@@ -122,14 +112,9 @@ def test_checkpointed_xattrs_read_in_worker_threads_stay_right_under_churn(tmp_p
             counts["checkpoints"] += 1
             time.sleep(0.005)
 
-        threads = [threading.Thread(target=guarded(reader_loop())) for _ in range(4)]
-        threads += [threading.Thread(target=guarded(f)) for f in (set_value, replace_file, checkpoint)]
-        for t in threads:
-            t.start()
-        time.sleep(SECONDS)
-        stop.set()
-        for t in threads:
-            t.join(timeout=60)
+        steps = {f"reader{i}": reader_loop() for i in range(4)}
+        steps |= {"set_value": set_value, "replace_file": replace_file, "checkpoint": checkpoint}
+        failures += repeat_concurrently(steps, SECONDS)
         assert not failures, failures[:10]
         assert counts["checkpoints"] >= 10 and counts["replaced"] >= 50 and counts["sets"] >= 50, counts
         assert counts["reads"] >= 500, counts
