@@ -691,6 +691,9 @@ def test_a_commit_taken_in_parts_holds_the_namespace_as_at_its_staging(packdir, 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(changer.run)
             for _ in range(3):
+                n = changer.n
+                while changer.n == n:  # else a commit may come right after the last and take nothing
+                    await trio.lowlevel.checkpoint()
                 await fs.journal._commit_behind()
             nursery.cancel_scope.cancel()
         await volumes.wait_durable(volumes.last_ticket)  # what came after is lost in the crash
