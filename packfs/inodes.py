@@ -236,6 +236,27 @@ class InodeTable:
                 del getattr(self, "wide_" + name)[ino]
             column[ino] = value
 
+    def drop_lookups(self, pairs: Iterable[tuple[int, int]]) -> list[int]:
+        """The kernel dropped these references (FORGET): the inodes left with none and no
+        name either, for the caller to release. One pass over the columns, without an
+        Inode view per entry (0.14 against 2.4 us each): once the kernel evicts a cold
+        walk's inodes, their references come back by the hundreds of thousands."""
+        lookups, nlink, mode, top, n = self.lookups, self.nlink, self.mode, NARROW_TOPS["lookups"], len(self.mode)
+        unused = []
+        for ino, count in pairs:
+            if not 0 < ino < n or not mode[ino]:
+                continue
+            have = lookups[ino]
+            if have == top:
+                left = max(0, self.wide_lookups[ino] - count)
+                self.set_narrow("lookups", ino, left)
+            else:
+                left = have - count if have > count else 0
+                lookups[ino] = left
+            if not left and not nlink[ino]:
+                unused.append(ino)
+        return unused
+
     def exists(self, ino: int) -> bool:
         return 0 < ino < len(self.mode) and self.mode[ino] != 0
 

@@ -209,8 +209,7 @@ class Operations(pyfuse3.Operations):
         self.fs.rename(parent_inode_old, name_old, parent_inode_new, name_new, flags)
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
-        for ino, count in inode_list:
-            self.fs.forget(ino, count)
+        self.fs.forget(inode_list)
 
     # -- directories ------------------------------------------------------------------
 

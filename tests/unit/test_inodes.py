@@ -508,3 +508,19 @@ def test_the_table_tells_of_every_xattr_change_and_every_inode_that_goes(ns):
     assert ns.release(f)
     assert told == [f.ino] * 4
     assert ns.plain_xattrs(ns.create(ROOT, b"g", REG, 0, 0).ino) == b""
+
+
+def test_dropped_lookups_name_the_inodes_left_unreferenced_and_nameless(ns):
+    """FORGET's bulk path: counts go down (never below 0, through the wide values too), and
+    only inodes left with no reference and no name come back; numbers of freed or unknown
+    slots are passed over."""
+    t = ns.table
+    kept, gone, wide = (ns.create(ROOT, n, REG, 0, 0) for n in (b"kept", b"gone", b"wide"))
+    kept.lookups, gone.lookups, wide.lookups = 2, 1, 70_000
+    ns.unlink(ROOT, b"gone")
+    assert t.drop_lookups([(kept.ino, 1), (gone.ino, 5), (wide.ino, 1), (999_999, 1), (0, 1)]) == [gone.ino]
+    assert (kept.lookups, gone.lookups, wide.lookups) == (1, 0, 69_999)
+    ns.unlink(ROOT, b"wide")
+    assert t.drop_lookups([(wide.ino, 69_998)]) == [] and wide.lookups == 1
+    assert t.drop_lookups([(wide.ino, 1), (kept.ino, 1)]) == [wide.ino]
+    assert (wide.lookups, kept.lookups, t.wide_lookups) == (0, 0, {})

@@ -1,0 +1,72 @@
+"""FORGET without FUSE: the kernel's dropped references are applied by a background task
+a part per turn of the event loop, so the hundreds of thousands a cold walk's evicted
+inodes give back do not hold the requests that come meanwhile."""
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import trio
+
+from packfs import filesystem
+from packfs import pack as packmod
+from packfs.disk import Disk
+from packfs.filesystem import Filesystem
+from packfs.namespace import ROOT
+from packfs.options import Options
+
+REG = stat.S_IFREG | 0o644
+
+
+def _run(tmp_path: Path, body) -> None:
+    packmod.initialise(str(tmp_path / "pack"), Disk())
+    p = packmod.open_pack(str(tmp_path / "pack"), Disk(), 1 << 30, 8 << 20)
+
+    async def main() -> None:
+        fs = Filesystem(p, Options(commit_interval=0))
+        async with trio.open_nursery() as nursery:
+            await fs.start(nursery)
+            await body(fs)
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    finally:
+        p.volumes.close()
+        p.catalog.close()
+
+
+def test_a_large_forget_is_applied_in_parts_between_other_work(tmp_path: Path):
+    parts = 5
+    n = filesystem.FORGET_PART * parts
+
+    async def body(fs: Filesystem) -> None:
+        files = [fs.create(ROOT, b"f%d" % i, REG, 0, 0) for i in range(n)]
+        for f in files:
+            f.lookups = 1
+        last = files[-1]
+        fs.unlink(ROOT, b"f%d" % (n - 1))  # the kernel still holds it: it stays
+        assert fs.ns.find(last.ino) is not None
+        fs.forget([(f.ino, 1) for f in files])
+        assert files[0].lookups == 1  # nothing applied yet: the request is answered at once
+        turns = 0
+        while fs.ns.find(last.ino) is not None:
+            turns += 1
+            await trio.lowlevel.checkpoint()
+            assert turns < 100 * parts
+        assert turns >= parts and all(f.lookups == 0 for f in files[:-1])
+
+    _run(tmp_path, body)
+
+
+def test_close_applies_the_forgets_still_waiting(tmp_path: Path):
+    async def body(fs: Filesystem) -> None:
+        f = fs.create(ROOT, b"f", REG, 0, 0)
+        f.lookups = 1
+        fs.unlink(ROOT, b"f")
+        fs.forget([(f.ino, 1)] * 2 + [(f.ino, 0)] * filesystem.FORGET_PART)
+        await fs.close()
+        assert fs.ns.find(f.ino) is None
+        assert f.ino not in [row[0] for row in fs.pack.catalog.inode_rows()]  # nor in the final checkpoint
+
+    _run(tmp_path, body)
