@@ -131,7 +131,12 @@ class Filesystem:
         back in a stream of requests (150,000 inodes: 6,616 requests of up to 2,293), and
         applied in the handler, an Inode view per entry, other requests waited behind
         them up to 205 ms. A count applied late only keeps an unlinked file a little
-        longer."""
+        longer. A batch of at most a part, with none waiting, is applied at once: queued,
+        the batches (a list of tuples each) piled up, and the memory they had taken
+        stayed with the daemon (7-8 MiB after 300,000 inodes' forgets, against 1 MiB)."""
+        if not self._forgets and len(pairs) <= FORGET_PART:
+            self._apply_forgets(pairs)
+            return
         self._forgets.append((pairs, 0))
         self._forgets_came.set()
 
@@ -151,7 +156,10 @@ class Filesystem:
             self._forgets[0] = (pairs, end)
         else:
             self._forgets.popleft()
-        for ino in self.ns.table.drop_lookups(pairs[start:end]):
+        self._apply_forgets(pairs[start:end])
+
+    def _apply_forgets(self, pairs: Sequence[tuple[int, int]]) -> None:
+        for ino in self.ns.table.drop_lookups(pairs):
             node = self.ns.find(ino)
             if node is not None:
                 self._forget_if_unused(node)

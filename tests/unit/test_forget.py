@@ -59,6 +59,23 @@ def test_a_large_forget_is_applied_in_parts_between_other_work(tmp_path: Path):
     _run(tmp_path, body)
 
 
+def test_a_batch_of_at_most_a_part_is_applied_at_once_unless_others_wait(tmp_path: Path):
+    """Queued, batches piled up as lists of tuples, and their memory stayed with the daemon."""
+    async def body(fs: Filesystem) -> None:
+        a, b = fs.create(ROOT, b"a", REG, 0, 0), fs.create(ROOT, b"b", REG, 0, 0)
+        a.lookups = b.lookups = 1
+        fs.unlink(ROOT, b"a")
+        fs.forget([(a.ino, 1)])
+        assert fs.ns.find(a.ino) is None  # no turn of the loop needed
+        fs.forget([(b.ino, 0)] * (filesystem.FORGET_PART + 1))  # more than a part: queued
+        fs.forget([(b.ino, 1)])  # so this one waits behind it
+        assert b.lookups == 1
+        while b.lookups:
+            await trio.lowlevel.checkpoint()
+
+    _run(tmp_path, body)
+
+
 def test_close_applies_the_forgets_still_waiting(tmp_path: Path):
     async def body(fs: Filesystem) -> None:
         f = fs.create(ROOT, b"f", REG, 0, 0)
