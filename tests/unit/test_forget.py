@@ -1,42 +1,32 @@
-"""FORGET without FUSE: the kernel's dropped references are applied by a background task
-a part per turn of the event loop, so the hundreds of thousands a cold walk's evicted
-inodes give back do not hold the requests that come meanwhile."""
+"""FORGET without FUSE: the kernel's dropped references are applied at once when the batch
+is small and none waits, else by a background task a part per turn of the event loop, so
+the hundreds of thousands a cold walk's evicted inodes give back do not hold the requests
+that come meanwhile."""
 from __future__ import annotations
 
 import stat
 from pathlib import Path
 
+import pytest
 import trio
+from test_recovery import run
 
 from packfs import filesystem
 from packfs import pack as packmod
 from packfs.disk import Disk
 from packfs.filesystem import Filesystem
 from packfs.namespace import ROOT
-from packfs.options import Options
 
 REG = stat.S_IFREG | 0o644
 
 
-def _run(tmp_path: Path, body) -> None:
+@pytest.fixture
+def packdir(tmp_path: Path) -> Path:
     packmod.initialise(str(tmp_path / "pack"), Disk())
-    p = packmod.open_pack(str(tmp_path / "pack"), Disk(), 1 << 30, 8 << 20)
-
-    async def main() -> None:
-        fs = Filesystem(p, Options(commit_interval=0))
-        async with trio.open_nursery() as nursery:
-            await fs.start(nursery)
-            await body(fs)
-            nursery.cancel_scope.cancel()
-
-    try:
-        trio.run(main)
-    finally:
-        p.volumes.close()
-        p.catalog.close()
+    return tmp_path / "pack"
 
 
-def test_a_large_forget_is_applied_in_parts_between_other_work(tmp_path: Path):
+def test_a_large_forget_is_applied_in_parts_between_other_work(packdir: Path):
     parts = 5
     n = filesystem.FORGET_PART * parts
 
@@ -56,10 +46,10 @@ def test_a_large_forget_is_applied_in_parts_between_other_work(tmp_path: Path):
             assert turns < 100 * parts
         assert turns >= parts and all(f.lookups == 0 for f in files[:-1])
 
-    _run(tmp_path, body)
+    run(packdir, body, clean=False)
 
 
-def test_a_batch_of_at_most_a_part_is_applied_at_once_unless_others_wait(tmp_path: Path):
+def test_a_batch_of_at_most_a_part_is_applied_at_once_unless_others_wait(packdir: Path):
     """Queued, batches piled up as lists of tuples, and their memory stayed with the daemon."""
     async def body(fs: Filesystem) -> None:
         a, b = fs.create(ROOT, b"a", REG, 0, 0), fs.create(ROOT, b"b", REG, 0, 0)
@@ -73,10 +63,10 @@ def test_a_batch_of_at_most_a_part_is_applied_at_once_unless_others_wait(tmp_pat
         while b.lookups:
             await trio.lowlevel.checkpoint()
 
-    _run(tmp_path, body)
+    run(packdir, body, clean=False)
 
 
-def test_close_applies_the_forgets_still_waiting(tmp_path: Path):
+def test_close_applies_the_forgets_still_waiting(packdir: Path):
     async def body(fs: Filesystem) -> None:
         f = fs.create(ROOT, b"f", REG, 0, 0)
         f.lookups = 1
@@ -86,4 +76,4 @@ def test_close_applies_the_forgets_still_waiting(tmp_path: Path):
         assert fs.ns.find(f.ino) is None
         assert f.ino not in [row[0] for row in fs.pack.catalog.inode_rows()]  # nor in the final checkpoint
 
-    _run(tmp_path, body)
+    run(packdir, body, clean=False)
