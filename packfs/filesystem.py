@@ -39,7 +39,7 @@ CREATED = 1 << 61
 _WARMED_MAX = 64  # files whose records were prefetched lately, not asked for again
 CATALOG_READERS = 4  # xattr reads from the catalog at once (noxattrs_in_memory), each in a thread
 STATS_PART = 32_768  # inode slots `stats` counts per turn of the event loop
-FORGET_PART = 8_192  # kernel references dropped per turn of the event loop (~2 ms)
+FORGET_PART = 8_192  # kernel references dropped per turn of the event loop (~1 ms)
 
 
 @dataclass
@@ -125,15 +125,15 @@ class Filesystem:
         return node.target
 
     def forget(self, pairs: Sequence[tuple[int, int]]) -> None:
-        """The kernel dropped these (inode, count) references: applied by a background task,
-        a part per turn of the event loop. When the kernel evicts many inodes at once (a
-        cold walk's, after `drop_caches` or under memory pressure) their references come
-        back in a stream of requests (150,000 inodes: 6,616 requests of up to 2,293), and
-        applied in the handler, an Inode view per entry, other requests waited behind
-        them up to 205 ms. A count applied late only keeps an unlinked file a little
-        longer. A batch of at most a part, with none waiting, is applied at once: queued,
-        the batches (a list of tuples each) piled up, and the memory they had taken
-        stayed with the daemon (7-8 MiB after 300,000 inodes' forgets, against 1 MiB)."""
+        """The kernel dropped these (inode, count) references. A batch of at most a part is
+        applied at once if none waits; a larger one by a background task, a part per turn
+        of the event loop. When the kernel evicts many inodes (a cold walk's, after
+        `drop_caches` or under memory pressure) their references come back in a stream
+        of requests (150,000 inodes: 6,616 requests of up to 2,293), and applied an Inode
+        view at a time they held other requests up to 205 ms. Every batch queued, the
+        lists piled up and their memory stayed with the daemon (7-8 MiB after 300,000
+        inodes' forgets, against 1 MiB). A count applied late only keeps an unlinked
+        file a little longer."""
         if not self._forgets and len(pairs) <= FORGET_PART:
             self._apply_forgets(pairs)
             return
