@@ -46,6 +46,8 @@ import mounts  # noqa: E402  (tests/mounts.py: the shared mount helpers)
 
 SERVERS = ("account", "container", "object")
 DEFAULT_DEVICES = ("sdb1", "sdb2", "sdb3", "sdb4")
+EC_POLICY = "ec"  # swift.conf's erasure-coded policy (index 1)
+EC_FRAGMENTS = 3  # its data and parity fragments: a device for each
 
 
 def free_port() -> int:
@@ -308,26 +310,29 @@ class SwiftCluster:
 
     # --------------------------------------------------------------- rings
     def build_rings(self) -> None:
-        """account/container/object rings: part power, replicas, one zone per device."""
+        """account, container and object rings (part power, replicas, one zone per
+        device), and object-1's for the erasure-coded policy: one fragment per device,
+        EC_FRAGMENTS of them."""
         errors: list[str] = []
 
-        def build(server: str) -> None:
-            builder = self.etc / f"{server}.builder"
-            for f in (builder, self.etc / f"{server}.ring.gz"):
+        def build(ring: str, server: str, replicas: int) -> None:
+            builder = self.etc / f"{ring}.builder"
+            for f in (builder, self.etc / f"{ring}.ring.gz"):
                 f.unlink(missing_ok=True)
             port = self.ports[server]
             adds = []
             for i, dev in enumerate(self.devices, 1):
                 adds += [f"r1z{i}-127.0.0.1:{port}/{dev.name}", "100"]
-            for args, ok in (([ "create", str(self.part_power), str(self.replicas), "1"], (0,)),
+            for args, ok in (([ "create", str(self.part_power), str(replicas), "1"], (0,)),
                              (["add", *adds], (0,)),
                              (["rebalance"], (0, 1))):
                 r = self.swift("swift-ring-builder", str(builder), *args)
                 if r.returncode not in ok:
-                    errors.append(f"swift-ring-builder {server} {args[0]}: rc={r.returncode}\n{r.stdout}{r.stderr}")
+                    errors.append(f"swift-ring-builder {ring} {args[0]}: rc={r.returncode}\n{r.stdout}{r.stderr}")
                     return
 
-        threads = [threading.Thread(target=build, args=(s,)) for s in SERVERS]
+        rings = [(s, s, self.replicas) for s in SERVERS] + [("object-1", "object", EC_FRAGMENTS)]
+        threads = [threading.Thread(target=build, args=r) for r in rings]
         for t in threads:
             t.start()
         for t in threads:

@@ -6,6 +6,7 @@ import http.client
 import os
 import pickle
 import random
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,3 +111,25 @@ def flip_byte(path: Path, offset: int) -> None:
         f.write(bytes([b[0] ^ 0xFF]))
         f.flush()
         os.fsync(f.fileno())
+
+
+DURABLE = re.compile(r"^(\d{10}\.\d{5})#(\d+)#d\.data$")  # an EC fragment archive, durable
+
+
+def fragment_dirs(cluster, ring, account: str, container: str, name: str) -> list[tuple[dict, Path]]:
+    """(node, hash directory) on each device the object-1 ring (the erasure-coded policy's)
+    gives an object."""
+    part, nodes = ring.get_nodes(account, container, name)
+    h = hash_path(account, container, name)
+    return [(node, cluster.node_root / node["device"] / "objects-1" / str(part) / h[-3:] / h)
+            for node in nodes]
+
+
+def durable_fragment(hash_dir: Path) -> tuple[str, int, bytes]:
+    """(timestamp, fragment index, archive bytes) of the one durable fragment in a hash directory."""
+    files = os.listdir(hash_dir)
+    assert len(files) == 1, files
+    m = DURABLE.match(files[0])
+    assert m, files
+    with open(hash_dir / files[0], "rb") as f:
+        return m[1], int(m[2]), f.read()

@@ -10,7 +10,7 @@ import pytest
 from swiftclient import ClientException
 
 from swiftenv import require_packfs
-from swifthelpers import md5, obj_path, object_dir, rand_body, request, ts
+from swifthelpers import durable_fragment, fragment_dirs, md5, obj_path, object_dir, rand_body, request, ts
 
 ACCOUNT, CONTAINER = "AUTH_crash", "c"
 
@@ -177,14 +177,18 @@ def test_full_restart(cluster):
         assert e.value.http_status == 404
 
 
-def test_kill9_during_proxy_puts(cluster):
+@pytest.mark.parametrize("policy", ["gold", "ec"])
+def test_kill9_during_proxy_puts(cluster, policy):
     """The same through the proxy: one device's daemon dies mid-stream, PUTs keep
-    succeeding on quorum (2 of 3), and after the device comes back every object that
-    got a 201 reads back through the proxy with its ETag."""
+    succeeding (replicas: on quorum, 2 of 3; erasure coding: with a handoff device in
+    the dead one's place), and after the device comes back every object that got a
+    201 reads back through the proxy with its ETag. Erasure-coded, the reconstructor
+    then puts every fragment back on its own device, durable."""
     require_packfs()
     dev = cluster.device("sdb3")
     conn = cluster.client()
-    conn.put_container("k9proxy")
+    container = f"k9proxy-{policy}"
+    conn.put_container(container, headers={"X-Storage-Policy": policy})
     acked: dict[str, bytes] = {}
     errors: list[str] = []
     lock = threading.Lock()
@@ -199,7 +203,7 @@ def test_kill9_during_proxy_puts(cluster):
             i += 1
             data = rand_body((2048, 70000)[i % 2])
             try:
-                etag = c.put_object("k9proxy", name, data)
+                etag = c.put_object(container, name, data)
             except Exception as e:  # a PUT may fail while the device dies: not acknowledged
                 with lock:
                     errors.append(f"{name}: {e!r}"[:200])
@@ -228,9 +232,34 @@ def test_kill9_during_proxy_puts(cluster):
     assert len(acked) >= n_kill + 60, f"PUTs stopped succeeding with one device dead: {errors[-5:]}"
     bad = []
     for name, data in acked.items():
-        hdrs, body = conn.get_object("k9proxy", name)
+        hdrs, body = conn.get_object(container, name)
         if body != data or hdrs["etag"] != md5(data):
             bad.append(name)
-    print(f"kill -9 under the proxy: {n_kill} acknowledged before, {len(acked) - n_kill} after, "
+    print(f"kill -9 under the proxy ({policy}): {n_kill} acknowledged before, {len(acked) - n_kill} after, "
           f"{len(errors)} failed PUTs; all {len(acked) - len(bad)} of {len(acked)} read back")
     assert not bad, bad[:10]
+    if policy == "ec":
+        assert_fragments_home(cluster, conn, container, acked)
+
+
+def assert_fragments_home(cluster, conn, container: str, acked: dict[str, bytes]) -> None:
+    """After a reconstructor pass over every device, each acknowledged object has one
+    durable fragment archive on each of its primary devices: the same timestamp, every
+    fragment index once."""
+    devices = ",".join(d.name for d in cluster.devices)
+    r = cluster.run_once("object-reconstructor", f"--devices={devices}")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "Traceback" not in out, out[-3000:]
+    account = conn.get_auth()[0].rsplit("/", 1)[1]
+    ring = cluster.ring("object-1")
+    misplaced = []
+    for name in sorted(acked):
+        try:
+            fragments = [durable_fragment(d)[:2] for _, d in fragment_dirs(cluster, ring, account, container, name)]
+        except (AssertionError, OSError) as e:
+            misplaced.append(f"{name}: {e}")
+            continue
+        if len({ts for ts, _ in fragments}) != 1 or sorted(i for _, i in fragments) != [0, 1, 2]:
+            misplaced.append(f"{name}: {fragments}")
+    assert not misplaced, (f"{len(misplaced)} of {len(acked)} objects' fragments not home: {misplaced[:5]}\n"
+                           + out[-2000:])
