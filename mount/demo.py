@@ -9,8 +9,9 @@ Mounts four packfs devices (``<run>/packs/sdbN`` on the real disk, mounted at
 daemon and stock Swift (proxy with tempauth, account, container and object
 servers) on 127.0.0.1, then drives it with python-swiftclient: many small
 objects, a large chunked upload, a large content-length upload and an SLO,
-byte-for-byte verification, a listing and deletes. Then one pass each of the
-object replicator, auditor and updater, and a summary with ``packfs stats`` for
+byte-for-byte verification, a listing and deletes, and objects in an
+erasure-coded policy. Then one pass each of the object replicator, reconstructor,
+auditor and updater, and a summary with ``packfs stats`` for
 each device. Everything it started is stopped by PID and unmounted, unless
 ``--keep``; then ``--stop`` (``make stop``) tears it down.
 """
@@ -138,6 +139,15 @@ def workload(c: SwiftCluster, n_small: int, large_mib: int, slo_segments: int, s
         conn.put_object("demo", "big-slo", json.dumps(manifest), query_string="multipart-manifest=put")
         stored["big-slo"] = (whole.hexdigest(), seg * slo_segments)
 
+    ec_sizes = [0, 4096, 300 * 1024, 3 * 1024 * 1024 + 5]
+    with Phase(phases, f"erasure-coded policy: PUT and GET {len(ec_sizes)} objects (2 data + 1 parity fragments)"):
+        conn.put_container("demo_ec", headers={"X-Storage-Policy": "ec"})
+        for i, size in enumerate(ec_sizes):
+            data = body(3000 + i, size)
+            etag = conn.put_object("demo_ec", f"ec/{i}", data)
+            assert etag == hashlib.md5(data).hexdigest(), (i, etag)
+            assert conn.get_object("demo_ec", f"ec/{i}")[1] == data, f"ec/{i} read back wrong"
+
     def get_verify(name: str) -> int:
         md5, n = stored[name]
         hdrs, chunks = c.client().get_object("demo", name, resp_chunk_size=CHUNK)
@@ -171,7 +181,7 @@ def workload(c: SwiftCluster, n_small: int, large_mib: int, slo_segments: int, s
             del stored[name]
         _, listing = conn.get_container("demo", full_listing=True)
         assert {o["name"] for o in listing} == set(stored)
-    return {"objects": len(stored), "bytes": sum(n for _, n in stored.values()),
+    return {"objects": len(stored), "ec_objects": len(ec_sizes), "bytes": sum(n for _, n in stored.values()),
             "verified_bytes": verified, "deleted": len(deleted), "stored": stored}
 
 
@@ -182,7 +192,8 @@ DAEMON_LINES = re.compile(r"(replicated|successes|suffixes|Object audit|passed|q
 def run_daemons(c: SwiftCluster, phases: list) -> list[tuple[str, int, list[str]]]:
     out = []
     # container-updater too, so that account listings show the objects (`swift stat`).
-    for daemon in ("object-replicator", "object-auditor", "object-updater", "container-updater"):
+    for daemon in ("object-replicator", "object-reconstructor", "object-auditor", "object-updater",
+                   "container-updater"):
         with Phase(phases, f"{daemon} once"):
             r = c.run_once(daemon)
         lines = [ln.strip() for ln in (r.stdout + r.stderr).splitlines() if DAEMON_LINES.search(ln)]
@@ -253,7 +264,7 @@ def main() -> int:
             print(f"backend: {c.backend}; devices: {', '.join(str(d.mountpoint) for d in c.devices)}")
             print(f"stored: {result['objects']} objects, {result['bytes'] / 2**20:.1f} MiB "
                   f"(x3 replicas), verified {result['verified_bytes'] / 2**20:.1f} MiB byte for byte, "
-                  f"deleted {result['deleted']}")
+                  f"deleted {result['deleted']}; {result['ec_objects']} erasure-coded objects")
             for name, rc, _ in daemons:
                 print(f"{name} once: rc={rc}")
             print("time per phase:")
