@@ -5,6 +5,7 @@ import argparse
 import errno
 import json
 import logging
+import logging.handlers
 import os
 import subprocess
 import sys
@@ -77,12 +78,16 @@ def _prepare_packdir(packdir: str) -> None:
 
 
 def _setup_logging(packdir: str, foreground: bool, debug: bool) -> None:
+    """Log to stderr in the foreground, else to PACKDIR/packfs.log. The file is reopened
+    when it is moved or deleted (WatchedFileHandler), so logrotate's default rotation
+    (rename, then a new file) loses no line to the renamed file."""
     level = logging.DEBUG if debug else logging.INFO
     fmt = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
     if foreground:
-        logging.basicConfig(level=level, format=fmt, stream=sys.stderr)
+        handler: logging.Handler = logging.StreamHandler(sys.stderr)
     else:
-        logging.basicConfig(level=level, format=fmt, filename=os.path.join(packdir, "packfs.log"))
+        handler = logging.handlers.WatchedFileHandler(os.path.join(packdir, "packfs.log"))
+    logging.basicConfig(level=level, format=fmt, handlers=[handler])
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
