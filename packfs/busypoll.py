@@ -1,17 +1,23 @@
-"""Busy polling: keep the event loop polling /dev/fuse for a moment after each request.
+"""Busy polling: the task that reads the next FUSE request polls for it for a moment.
 
 Between two FUSE requests of one Swift thread lie only tens of microseconds of its own
 work. A loop that went to sleep in epoll_wait in between must be woken for the next
 request, and that wake-up was most of the wall time of a request here (the daemon was
-idle 83% of a GET run). So after each request the loop stays awake, yielding at every
-turn, for `window_us`; then it sleeps as before. It never polls while a thread of the
-store (the log writer, a disk read) has work: a polling loop holds the GIL, which a
-Python thread would wait for until the interpreter's switch interval (5 ms) forces a
-turn, and takes a core from the C log writer and the application.
-The cost is CPU, at most `window_us` per request, and only while requests keep coming.
+idle 83% of a GET run). So for `window_us` after each request, the task that waits for
+the next one polls /dev/fuse in place (fuseloop.Drain.wait_readable), and only then
+parks in trio's wait as before.
+
+In place, not by turns of the trio loop: a task parked in trio's wait_readable, with
+another task turning the loop until epoll saw the request, paid for the park, the
+turns and its own wake-up on every request. It polls only while no other task is ready
+to run, and never while a thread of the store (the log writer, a disk read) has work:
+a polling loop holds the GIL between polls, and takes a core from the C log writer and
+the application. The cost is CPU, at most `window_us` per request, and only while
+requests keep coming.
 """
 from __future__ import annotations
 
+import select
 import time
 from typing import Callable
 
@@ -23,26 +29,27 @@ class BusyPoll:
         self.window_ns = window_us * 1000
         self.quiet = quiet  # False while polling would starve another thread
         self.last = 0  # perf_counter_ns of the last request served
-        self.spins = 0  # loop turns spent polling (`packfs stats`: busy_poll_turns)
-        self._polling = False
-        self._wake = trio.Event()
+        self.spins = 0  # polls made (`packfs stats`: busy_poll_turns)
 
     def touch(self) -> None:
         """A request was just served."""
         self.last = time.perf_counter_ns()
-        if not self._polling and self.window_ns and self.quiet():
-            self._wake.set()  # (not while the store is busy: no wake-up that would only stop)
 
-    async def run(self) -> None:
-        if not self.window_ns:
-            return
-        while True:
-            await self._wake.wait()
-            self._wake = trio.Event()
-            self._polling = True
-            try:
-                while time.perf_counter_ns() - self.last < self.window_ns and self.quiet():
-                    self.spins += 1
-                    await trio.lowlevel.checkpoint()  # one turn of the loop: epoll_wait(0)
-            finally:
-                self._polling = False
+    def await_request(self, queue: select.poll) -> bool:
+        """Poll `queue` until it is readable (True) or the window after the last request
+        closes (False); False at once while the store's threads have work or another
+        task is ready to run."""
+        deadline = self.last + self.window_ns
+        if (not self.window_ns or time.perf_counter_ns() >= deadline or not self.quiet()
+                or trio.lowlevel.current_statistics().tasks_runnable):
+            return False
+        spins = 0
+        try:
+            while True:
+                spins += 1
+                if queue.poll(0):
+                    return True
+                if time.perf_counter_ns() >= deadline:
+                    return False
+        finally:
+            self.spins += spins

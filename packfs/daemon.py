@@ -118,7 +118,7 @@ class Daemon:
                      p.recovery.replayed, p.recovery.orphans, p.recovery.seconds)
         fs = Filesystem(p, self.opts, disk)
         ops = Operations(fs)
-        self.drain = fuseloop.install(self.opts.drain)
+        self.drain = fuseloop.install(self.opts.drain, busy_polling=self.opts.busy_poll_us > 0)
         fs.journal.on_memory_freed = lambda: trio.to_thread.run_sync(_trim_heap)
         fuseshim.enable(self.opts.dircache, self.opts.filecache, self.opts.xattrcache)
         try:
@@ -137,8 +137,10 @@ class Daemon:
             ops.cache_xattrs = fuseshim.cache_xattrs
         if fuseshim.answers_listing_ends():
             ops.note_listing_end = fuseshim.note_end
-        if self.drain and (fuseshim.answers_listing_ends() or fuseshim.caches_xattrs()):
-            self.drain.on_read = ops.busypoll.touch  # requests answered in C keep the loop polling
+        if self.drain:
+            self.drain.await_request = ops.busypoll.await_request
+            if fuseshim.answers_listing_ends() or fuseshim.caches_xattrs():
+                self.drain.on_read = ops.busypoll.touch  # requests answered in C keep the loop polling
         if not fuseshim.loaded():
             log.warning("the fuse shim library is not built: directories are opened by a FUSE request, and "
                         "cached writes ask the kernel's getxattr before each write (see fuseshim.py)")
@@ -179,7 +181,6 @@ class Daemon:
             await fs.start(nursery)
             await nursery.start(control.serve, fs.pack.pack_id, on_control)
             nursery.start_soon(self._stop_on_signal)
-            nursery.start_soon(ops.busypoll.run)
             ready("")
             log.info("serving %s, %.2f s after the daemon started", self.mountpoint, time.monotonic() - self.started)
             await pyfuse3.main(min_tasks=4, max_tasks=self.opts.max_tasks)

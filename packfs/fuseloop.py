@@ -19,12 +19,13 @@ it the same way), and its loop needs only `Lock` and `lowlevel.wait_readable` fo
   and `after_task_step` pays that wake. Waking a waiter at every release made it run
   only to park again (measured: about a tenth of the loop's CPU in a Swift PUT at
   concurrency 1, where every request went that way).
-- `wait_readable` asks poll(0) first: if a request is already queued, it returns
-  without going through epoll or the scheduler, at most `streak` times in a row; then
-  it waits the normal way, which lets every other trio task (the store's, the control
-  socket's) run.
+- `wait_readable` asks poll(0) first, then busy-polls for a moment (busypoll.py): if a
+  request is queued or comes, it returns without going through epoll or the scheduler.
+  After `streak` such requests in a row it first lets every other trio task (the
+  store's, the control socket's) run, one turn of the loop. When no request comes it
+  waits the normal way.
 
-With `streak` 0 nothing is installed and pyfuse3 uses trio itself.
+With `streak` 0 and no busy polling nothing is installed and pyfuse3 uses trio itself.
 """
 from __future__ import annotations
 
@@ -89,6 +90,8 @@ class Drain:
         # Called each time a task comes for the next request, so also after one the fuse
         # shim answered in C, which no handler sees (the busy poll's window starts there).
         self.on_read: Callable[[], None] = lambda: None
+        # Polls for a request that has not come yet: True if one came (BusyPoll.await_request).
+        self.await_request: Callable[[select.poll], bool] = lambda queue: False
 
     async def wait_readable(self, fd: int) -> None:
         self.on_read()
@@ -96,7 +99,10 @@ class Drain:
         if poll is None:
             poll = self._polls[fd] = select.poll()
             poll.register(fd, select.POLLIN)
-        if self.run < self.streak and poll.poll(0):
+        if self.run >= self.streak:
+            self.run = 0
+            await trio.lowlevel.checkpoint()  # every other task's turn
+        if poll.poll(0) or self.await_request(poll):
             self.run += 1
             self.skipped += 1
             return
@@ -104,10 +110,10 @@ class Drain:
         await trio.lowlevel.wait_readable(fd)
 
 
-def install(streak: int) -> Drain | None:
+def install(streak: int, busy_polling: bool) -> Drain | None:
     """Give pyfuse3 the stand-ins (before trio.run, which must get `drain.turn` as an
-    instrument); None if streak is 0."""
-    if streak <= 0:
+    instrument); None if streak is 0 and there is no busy polling."""
+    if streak <= 0 and not busy_polling:
         pyfuse3.trio = trio
         return None
     drain = Drain(streak)

@@ -1,38 +1,92 @@
-"""BusyPoll keeps the loop turning for its window after a request, and only then."""
+"""BusyPoll polls for the next request for its window after a request, and only then."""
 from __future__ import annotations
 
+import os
+import select
+import threading
+import time
+from typing import Iterator
+
+import pytest
 import trio
 
 from packfs.busypoll import BusyPoll
 
 
-def _turns_after_one_request(window_us: int, quiet: bool) -> tuple[int, int]:
-    """(turns within 200 ms of a request, turns in the 200 ms after that)."""
-    bp = BusyPoll(window_us, lambda: quiet)
+@pytest.fixture
+def queue() -> Iterator[tuple[select.poll, int]]:
+    """A poll object on a pipe's read end, and its write end."""
+    r, w = os.pipe()
+    p = select.poll()
+    p.register(r, select.POLLIN)
+    try:
+        yield p, w
+    finally:
+        os.close(r)
+        os.close(w)
 
-    async def main() -> tuple[int, int]:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(bp.run)
-            await trio.sleep(0.01)
+
+def _await(bp: BusyPoll, p: select.poll, touch: bool = True) -> tuple[bool, float]:
+    """(what await_request said, seconds it took), called in a trio run right after a request."""
+    async def main() -> tuple[bool, float]:
+        if touch:
             bp.touch()
-            await trio.sleep(0.2)
-            first = bp.spins
-            await trio.sleep(0.2)
-            nursery.cancel_scope.cancel()
-        return first, bp.spins - first
+        t0 = time.perf_counter()
+        came = bp.await_request(p)
+        return came, time.perf_counter() - t0
 
     return trio.run(main)
 
 
-def test_the_loop_polls_for_the_window_and_then_sleeps():
-    during, after = _turns_after_one_request(20_000, quiet=True)
-    assert during > 10
-    assert after == 0
+def test_a_request_that_comes_in_the_window_is_seen_at_once(queue):
+    p, w = queue
+    bp = BusyPoll(500_000, lambda: True)
+    threading.Timer(0.02, os.write, (w, b"x")).start()
+    came, took = _await(bp, p)
+    assert came and 0.015 < took < 0.4
+    assert bp.spins > 1
 
 
-def test_no_polling_while_another_thread_needs_the_gil():
-    assert _turns_after_one_request(20_000, quiet=False) == (0, 0)
+def test_without_a_request_it_polls_for_the_window_then_gives_up(queue):
+    p, _ = queue
+    bp = BusyPoll(30_000, lambda: True)
+    came, took = _await(bp, p)
+    assert not came and 0.025 < took < 1
+    assert bp.spins > 1
 
 
-def test_a_zero_window_never_polls():
-    assert _turns_after_one_request(0, quiet=True) == (0, 0)
+def test_no_polling_while_another_thread_needs_the_gil(queue):
+    p, _ = queue
+    bp = BusyPoll(30_000, lambda: False)
+    assert _await(bp, p)[0] is False
+    assert bp.spins == 0
+
+
+def test_a_zero_window_never_polls(queue):
+    p, _ = queue
+    bp = BusyPoll(0, lambda: True)
+    assert _await(bp, p)[0] is False
+    assert bp.spins == 0
+
+
+def test_no_polling_once_the_window_after_the_last_request_closed(queue):
+    p, _ = queue
+    bp = BusyPoll(30_000, lambda: True)
+    bp.touch()
+    time.sleep(0.05)
+    assert _await(bp, p, touch=False)[0] is False
+    assert bp.spins == 0
+
+
+def test_no_polling_while_another_task_is_ready_to_run(queue):
+    p, _ = queue
+    bp = BusyPoll(30_000, lambda: True)
+
+    async def main() -> bool:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.sleep, 0)  # ready to run, not yet run
+            bp.touch()
+            return bp.await_request(p)
+
+    assert trio.run(main) is False
+    assert bp.spins == 0

@@ -207,9 +207,32 @@ def test_no_input_waits_until_some_arrives(pipe):
     assert drain.skipped == 0
 
 
+def test_a_request_that_comes_while_the_task_busy_polls_skips_the_wait(pipe):
+    r, w = pipe
+    drain = Drain(8)
+    polled = []
+
+    def await_request(queue) -> bool:
+        os.write(w, b"x")  # the request comes while the task polls
+        polled.append(True)
+        return bool(queue.poll(0))
+
+    drain.await_request = await_request
+
+    async def main() -> None:
+        with trio.CancelScope() as scope:
+            scope.cancel()  # any wait in trio would raise Cancelled
+            await drain.wait_readable(r)
+
+    _run(main)
+    assert polled == [True]
+    assert drain.skipped == 1 and drain.run == 1
+
+
 def test_install_gives_pyfuse3_the_stand_ins_and_zero_gives_back_trio():
     try:
-        drain = install(8)
+        assert install(0, busy_polling=True).streak == 0  # busy polling alone needs the stand-ins too
+        drain = install(8, busy_polling=False)
         assert drain is not None and drain.streak == 8
         assert pyfuse3.trio.Lock() is drain.turn  # pyfuse3 makes one lock: the instrumented one
         assert pyfuse3.trio.lowlevel.wait_readable == drain.wait_readable
@@ -218,7 +241,7 @@ def test_install_gives_pyfuse3_the_stand_ins_and_zero_gives_back_trio():
         assert pyfuse3.trio.open_nursery is trio.open_nursery
         assert pyfuse3.trio.lowlevel.current_trio_token is trio.lowlevel.current_trio_token
         assert trio.Lock is not Turn  # the real module is untouched
-        assert install(0) is None
+        assert install(0, busy_polling=False) is None
         assert pyfuse3.trio is trio
     finally:
         pyfuse3.trio = trio
