@@ -40,10 +40,10 @@ def _await(bp: BusyPoll, p: select.poll, touch: bool = True) -> tuple[bool, floa
 
 def test_a_request_that_comes_in_the_window_is_seen_at_once(queue):
     p, w = queue
-    bp = BusyPoll(500_000, lambda: True)
+    bp = BusyPoll(10_000_000, lambda: True)  # 10 s: the write comes long before
     threading.Timer(0.02, os.write, (w, b"x")).start()
     came, took = _await(bp, p)
-    assert came and 0.015 < took < 0.4
+    assert came and 0.015 < took < 5
     assert bp.spins > 1
 
 
@@ -51,7 +51,7 @@ def test_without_a_request_it_polls_for_the_window_then_gives_up(queue):
     p, _ = queue
     bp = BusyPoll(30_000, lambda: True)
     came, took = _await(bp, p)
-    assert not came and 0.025 < took < 1
+    assert not came and 0.025 < took < 5
     assert bp.spins > 1
 
 
