@@ -78,7 +78,7 @@ def test_reconstructor_rebuilds_a_lost_fragment_bit_for_bit(env):
     cluster, conn, account, ring = env
     data = rand_body(2 * SEGMENT + 999)
     conn.put_object("ec", "rebuilt", data, headers={"X-Object-Meta-Kind": "rebuilt"})
-    (victim, lost_dir), *_ = fragment_dirs(cluster, ring, account, "ec", "rebuilt")
+    (_, lost_dir), *_ = fragment_dirs(cluster, ring, account, "ec", "rebuilt")
     lost = durable_fragment(lost_dir)
     shutil.rmtree(lost_dir.parent.parent)  # the victim's whole partition
 
