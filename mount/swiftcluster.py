@@ -46,8 +46,7 @@ import mounts  # noqa: E402  (tests/mounts.py: the shared mount helpers)
 
 SERVERS = ("account", "container", "object")
 DEFAULT_DEVICES = ("sdb1", "sdb2", "sdb3", "sdb4")
-EC_POLICY = "ec"  # swift.conf's erasure-coded policy (index 1)
-EC_FRAGMENTS = 3  # its data and parity fragments: a device for each
+EC_FRAGMENTS = 3  # swift.conf's erasure-coded policy (index 1, `ec`): its data and parity fragments, a device for each
 
 
 def free_port() -> int:
