@@ -225,7 +225,7 @@ def format_stats(s: dict) -> str:
         "log writer     " + ("a C thread (never takes the GIL)" if s.get("log_writer") == "c"
                             else "a Python thread (the C part, packfs/_logwriter.c, is not built)"),
         f"event loop     {s['fuse_waits_skipped']:>12,}   requests read without a wait (drain), "
-        f"{s['busy_poll_turns']:,} busy-polling turns",
+        f"{s['busy_poll_turns']:,} polls for a request (busy polling)",
         "directories    " + ("open without a request; the kernel caches their listings"
                             if s["zero_message_opendir"] else "opened by a FUSE request each (no fuse shim)"),
         f"listing ends   {s['listing_ends_answered_in_shim']:>12,}   readdirs after a listing's last entry, "
