@@ -7,6 +7,7 @@ volumes hold every record the appender wrote after it.
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import stat
 from dataclasses import dataclass
@@ -509,16 +510,24 @@ def is_compressed(blob: bytes | None) -> bool:
 
 def test_xattrs_are_compressed_after_the_commit_and_replay_plain_or_not(packdir):
     """setxattr stores plain; the background compresses in the turns after the commits
-    that follow (two turns after the last change); a crash replays the plain form the
-    commit logged, compresses it again, and loses nothing."""
+    that follow (two turns after the last change; an fsync with nothing to commit is no
+    turn); a crash replays the plain form the commit logged, compresses it again, and
+    loses nothing."""
     async def body(fs: Filesystem) -> None:
         ino = await write_file(fs, ROOT, b"obj", b"x" * 4096)
         fs.setxattr(ino, b"user.swift.metadata", SWIFT_META)
         assert not is_compressed(fs.ns.table.packed_xattrs(ino))
         await fs.fsync()
+        for _ in range(3):
+            await fs.fsync()  # nothing to commit: no turn
+            await trio.sleep(0.01)
+        assert not is_compressed(fs.ns.table.packed_xattrs(ino))
         with trio.fail_after(10):
-            while not is_compressed(fs.ns.table.packed_xattrs(ino)):
+            for turn in itertools.count():
+                if is_compressed(fs.ns.table.packed_xattrs(ino)):
+                    break
                 await trio.sleep(0.001)  # the compressor runs once a commit is queued
+                fs.setxattr(ROOT, b"user.turn", b"%d" % turn)  # a change, so a commit
                 await fs.fsync()
 
     run(packdir, body, clean=False)
