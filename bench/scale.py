@@ -226,10 +226,11 @@ class ScaleBench:
             self._add("scale.memory.unlinked_in_use.built", t, held["open"] + held["kernel_only"],
                       label=f"packfs unlinked inodes still held at {self.nk}, {when}", unit="inodes",
                       better="lower", absolute=True, minor=True)
-        if not st["whole_ctimes"]:
-            self._add(f"scale.memory.far_ctimes{tag}", t, st["far_ctimes"] / self.n,
-                      label=f"packfs ctimes kept whole beside their column per stored file at {self.nk}, {when}",
-                      unit="times", better="lower", absolute=True, minor=True)
+        for which, far in st["far_times"].items():
+            if far is not None:
+                self._add(f"scale.memory.far_{which}s{tag}", t, far / self.n,
+                          label=f"packfs {which}s kept whole beside their column per stored file at {self.nk}, {when}",
+                          unit="times", better="lower", absolute=True, minor=True)
 
     def _walk(self, t, cg) -> dict:
         kw = {}

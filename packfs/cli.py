@@ -207,9 +207,9 @@ def format_stats(s: dict) -> str:
         f"live / dead    {_size(s['live_bytes']):>12} / {_size(s['dead_bytes'])}   "
         f"(disk holds {_size(s['disk_allocated_bytes'])}, punched {_size(s['punched_bytes'])})",
         f"daemon RSS     {_size(s['rss_bytes']):>12}   ({s['rss_per_file']:.0f} B per file)",
-        f"inode columns  {_size(s['column_bytes']):>12}   ({s['inodes']:,} inodes; "
-        + ("ctime holds whole times)" if s["whole_ctimes"] else
-           f"{s['far_ctimes']:,} ctimes far from their mtime, kept whole beside the column)"),
+        f"inode columns  {_size(s['column_bytes']):>12}   ({s['inodes']:,} inodes; times far from their mtime: "
+        + ", ".join(f"{n} " + ("all (whole times)" if far is None else f"{far:,}") for n, far in s["far_times"].items())
+        + ")",
         f"arenas         {_size(s['arena_bytes']['names']):>12}   of names "
         f"({_size(s['arena_free_bytes']['names'])} free); {_size(s['arena_bytes']['xattrs'])} of xattrs "
         f"({_size(s['arena_free_bytes']['xattrs'])} free)",

@@ -346,8 +346,9 @@ class Filesystem:
             # (each goes at its last release or forget; a mount drops any left over).
             "unlinked_in_use": {"open": sum(1 for ino in held if t.opens.get(ino)),
                                 "kernel_only": sum(1 for ino in held if not t.opens.get(ino))},
-            "far_ctimes": len(t.wide_ctime),  # kept whole beside the column of offsets from mtime
-            "whole_ctimes": t.ctime.typecode == "q",  # ... or the column holds whole times
+            # Times kept whole beside their column of distances from mtime, or None where
+            # the column holds whole times (offsettimes.py).
+            "far_times": {times.name: None if times.whole else times.far_count() for times in (t.atimes, t.ctimes)},
             "arena_bytes": {"names": len(t.names.data), "xattrs": len(t.xblobs.data)},
             "arena_free_bytes": {"names": t.names.wasted(), "xattrs": t.xblobs.wasted()},
             "rss_bytes": rss, "rss_per_file": rss / max(1, files),

@@ -3,7 +3,7 @@
 A Swift object is three inodes (suffix directory, hash directory, .data file), and a
 million objects are three million inodes. As Python objects they cost about 600 B each
 (the object, its boxed integers, a dict slot); as a slot in these columns they cost
-52 B. Names and xattr values are strings in arenas (arena.py), referred to from
+48 B. Names and xattr values are strings in arenas (arena.py), referred to from
 columns. Rare or variable-sized fields (device numbers, symlink targets, extent maps,
 entries of directories with several names) live in dicts keyed by inode number.
 Xattr values are kept in memory too, unless `keep_xattrs` is off: then they stay in the
@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from . import extents as ext
 from .arena import Arena, CountedArena
+from .offsettimes import FAR, OffsetTimes
 from .dirents import PACKED_MAX, PackedEntries, name_of, pack_small, small_get, small_items, stored_name
 from .xattrblob import compressed, compressible, is_compressed, iter_xattrs, pack_xattrs, plain, unpack_xattrs
 
@@ -57,15 +58,16 @@ _DECODED_MAX = 64  # inodes whose xattrs are kept decoded: a Swift GET reads the
 XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swift's: ~50 B)
 
 # Each column's array typecode. Inode numbers (parent, kid) are below INO_MAX, so u32;
-# a mode fits u16. A slot is 52 B, and a byte of `xcat`. `kid` and `kname` hold a
+# a mode fits u16. A slot is 48 B, and a byte of `xcat`. `kid` and `kname` hold a
 # directory's one entry, and a regular file's one whole record (as `rlen` and `rec`): no
 # inode needs both, so they share the columns. `owner` numbers a (uid, gid) pair in
 # `owners`: a disk's files have a handful of owners (Swift's: one). It is u16 until a
 # table has more than OWNERS_NARROW pairs, then u32. `xat` is a CountedArena reference:
 # u32 up to 32 GiB of xattr values, then i64.
 # `nlink`, `lookups` and `size` are narrower than their values may be (see NARROW_TOPS).
+# `atime` and `ctime` hold distances from `mtime` where they fit (offsettimes.py).
 COLUMNS = {"mode": "H", "owner": "H", "nlink": "H", "parent": "I", "kid": "I",
-           "lookups": "H", "size": "I", "atime": "q", "mtime": "q", "ctime": "I", "kname": "q",
+           "lookups": "H", "size": "I", "atime": "I", "mtime": "q", "ctime": "I", "kname": "q",
            "xat": "I"}
 # A value at or past its narrow column's top is kept in the table's `wide_<column>` dict,
 # and the column holds the top: files of 4 GiB or more, directories with more than
@@ -76,18 +78,6 @@ _NLINK_TOP, _SIZE_TOP = NARROW_TOPS["nlink"], NARROW_TOPS["size"]
 _XAT_TOP = 0xFFFFFFFF  # `xat` holds CountedArena references: u32, i64 past this
 RUNTIME_COLUMNS = ("lookups",)  # what only a running mount has: never saved
 OWNERS_NARROW = 1 << 16
-# `ctime` holds the change time minus `mtime`, in ns, as u32 where a whole time takes 8 B:
-# a directory's mtime and ctime change together, and a Swift object's file is renamed
-# into place milliseconds after its last write. A ctime that does not fit, before its
-# mtime or 4.29 s or more after it (a utime, a chmod or chown of an old tree), is kept
-# whole in `wide_ctime`, and the column holds TIME_WIDE. Such an entry costs ~120 B, so
-# once more than one slot in WHOLE_TIMES_AFTER has one, the column holds whole times
-# instead ("q"): until then the entries cost at most ~3 B a slot, less than the 4 B the
-# offsets save. (atime is whole: a directory's stays at its making while its mtime moves
-# on, so in any tree that grows over minutes most would not fit.)
-TIME_WIDE = 0xFFFFFFFF
-WHOLE_TIMES_AFTER = 40
-_WIDE_TIMES_MIN = 1024  # ... and more than this many (a small table stays as it is)
 INO_MAX = (1 << 32) - 1  # inode numbers stay below this (numbers are reused, so it bounds live inodes)
 SMALL = INO_MAX  # `kid` of a directory whose entries are one string in the names arena
 _IFMT = 0o170000  # the file type bits of a mode
@@ -124,9 +114,9 @@ class InodeTable:
         self._owner_numbers = {(0, 0): 0}
         self.nlink = array(COLUMNS["nlink"])
         self.size = array(COLUMNS["size"])
-        self.atime = array(COLUMNS["atime"])
         self.mtime = array(COLUMNS["mtime"])
-        self.ctime = array(COLUMNS["ctime"])
+        self.atimes = OffsetTimes("atime", after=False, mtimes=lambda: self.mtime)
+        self.ctimes = OffsetTimes("ctime", after=True, mtimes=lambda: self.mtime)
         self.parent = array(COLUMNS["parent"])
         self.kid = array(COLUMNS["kid"])
         self.kname = array(COLUMNS["kname"])
@@ -164,7 +154,6 @@ class InodeTable:
         self.lookups = array(COLUMNS["lookups"])
         self.wide_nlink: dict[int, int] = {}
         self.wide_size: dict[int, int] = {}
-        self.wide_ctime: dict[int, int] = {}
         self.wide_lookups: dict[int, int] = {}
         self.opens: dict[int, int] = {}
         self.wbuf: dict[int, Any] = {}
@@ -174,6 +163,24 @@ class InodeTable:
 
     def __len__(self) -> int:
         return self.live
+
+    @property
+    def atime(self) -> array:
+        """The `atime` column (see offsettimes.py)."""
+        return self.atimes.column
+
+    @atime.setter
+    def atime(self, column: array) -> None:
+        self.atimes.column = column
+
+    @property
+    def ctime(self) -> array:
+        """The `ctime` column (see offsettimes.py)."""
+        return self.ctimes.column
+
+    @ctime.setter
+    def ctime(self, column: array) -> None:
+        self.ctimes.column = column
 
     @property
     def rec(self) -> array:
@@ -217,8 +224,11 @@ class InodeTable:
         self.xcat.extend(bytes(more))
 
     def column_bytes(self) -> int:
-        """Bytes the columns hold (every slot, free and headroom too): what `stats` shows."""
-        return sum(getattr(self, name).itemsize * len(getattr(self, name)) for name in COLUMNS) + len(self.xcat)
+        """Bytes the columns hold (every slot, free and headroom too, and the far times
+        beside the time columns): what `stats` shows."""
+        return sum(getattr(self, name).itemsize * len(getattr(self, name))
+                   for name in COLUMNS if name not in ("atime", "ctime")) + \
+            len(self.xcat) + self.atimes.nbytes() + self.ctimes.nbytes()
 
     def get_narrow(self, name: str, ino: int) -> int:
         """A narrow column's value (see NARROW_TOPS)."""
@@ -347,8 +357,7 @@ class InodeTable:
         self.grow(top)
         mode, nlink, owner, owner_of = self.mode, self.nlink, self.owner, self.owner_of
         size, mtime, parent = self.size, self.mtime, self.parent
-        atime, ctime = self.atime, self.ctime
-        offsets = ctime.typecode == "I"
+        atimes, ctimes, atime, ctime = self.atimes, self.ctimes, self.atime, self.ctime
         rdevs, targets, extents, xcat, rec, rlen = self.rdev, self.target, self.extents, self.xcat, self.rec, self.rlen
         xat, add = self.xat, (self.xblobs.adder() if self.keep_xattrs else None)
         one, unpack = _EXTENT.size, _EXTENT.unpack
@@ -356,15 +365,17 @@ class InodeTable:
         pair, number = (0, 0), 0  # the last owner seen: rows come in runs of one owner
         for ino, mode[ino], uid, gid, links, length, a, m, c, rdev, target, x, e, parent[ino] in rows:
             n += 1
-            atime[ino], mtime[ino] = a, m
-            if not offsets:
-                ctime[ino] = c
-            elif 0 <= c - m < TIME_WIDE:
+            mtime[ino] = m
+            if 0 <= m - a < FAR and atime.typecode == "I":
+                atime[ino] = m - a
+            else:
+                atimes.set(ino, a, m)
+                atime = self.atime  # (whole times now, perhaps)
+            if 0 <= c - m < FAR and ctime.typecode == "I":
                 ctime[ino] = c - m
             else:
-                self._set_ctime(ino, c, m)
-                ctime = self.ctime  # (whole times now, perhaps)
-                offsets = ctime.typecode == "I"
+                ctimes.set(ino, c, m)
+                ctime = self.ctime
             if links < _NLINK_TOP and length < _SIZE_TOP:
                 nlink[ino], size[ino] = links, length
             else:
@@ -426,52 +437,22 @@ class InodeTable:
 
     def times(self, ino: int) -> tuple[int, int, int]:
         """(atime, mtime, ctime), in ns."""
-        m, c = self.mtime[ino], self.ctime[ino]
-        if self.ctime.typecode == "I":
-            c = m + c if c != TIME_WIDE else self.wide_ctime[ino]
-        return self.atime[ino], m, c
+        m = self.mtime[ino]
+        return self.atimes.get(ino, m), m, self.ctimes.get(ino, m)
 
     def set_times(self, ino: int, atime: int, mtime: int, ctime: int) -> None:
-        """Set all three times (ctime's offset is from mtime)."""
-        self.atime[ino] = atime
+        """Set all three times (the others are kept as distances from mtime)."""
         self.mtime[ino] = mtime
-        self._set_ctime(ino, ctime, mtime)
+        self.atimes.set(ino, atime, mtime)
+        self.ctimes.set(ino, ctime, mtime)
 
     def modified(self, ino: int, now: int) -> None:
         """Contents or entries changed: mtime and ctime become now (every write: kept short)."""
-        self.mtime[ino] = now
-        ctime = self.ctime
-        if ctime.typecode == "q":
-            ctime[ino] = now
-            return
-        if ctime[ino] == TIME_WIDE:
-            self.wide_ctime.pop(ino, None)
-        ctime[ino] = 0
-
-    def _set_ctime(self, ino: int, ctime: int, mtime: int) -> None:
-        column = self.ctime
-        if column.typecode == "q":
-            column[ino] = ctime
-            return
-        wide = self.wide_ctime
-        if 0 <= ctime - mtime < TIME_WIDE:
-            if column[ino] == TIME_WIDE:
-                wide.pop(ino, None)  # (a freed slot's entry is gone already)
-            column[ino] = ctime - mtime
-            return
-        wide[ino] = ctime
-        column[ino] = TIME_WIDE
-        if len(wide) > max(_WIDE_TIMES_MIN, len(column) // WHOLE_TIMES_AFTER):
-            self._whole_ctimes()
-
-    def _whole_ctimes(self) -> None:
-        """Make `ctime` hold whole times: too many are far from their mtimes."""
-        whole = array("q", map(operator.add, self.mtime, self.ctime))
-        for ino, value in self.wide_ctime.items():
-            whole[ino] = value
-        self.ctime = whole
-        self.wide_ctime.clear()
-        log.info("ctime: %d slots, too many times far from their mtimes: whole times from now on", len(whole))
+        mtime = self.mtime
+        old = mtime[ino]
+        mtime[ino] = now
+        self.atimes.keep(ino, old, now)
+        self.ctimes.set(ino, now, now)
 
     def row(self, ino: int) -> InodeRow:
         mode = self.mode[ino]
@@ -491,9 +472,10 @@ class InodeTable:
         self.mode[ino] = self.xcat[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
         self.xattr_epoch += 1
         self.set_narrow("lookups", ino, 0)
-        for sparse in (self.rdev, self.target, self._fetched, self.extents, self.opens, self.wbuf,
-                       self.wide_ctime):
+        for sparse in (self.rdev, self.target, self._fetched, self.extents, self.opens, self.wbuf):
             sparse.pop(ino, None)
+        self.atimes.clear(ino)
+        self.ctimes.clear(ino)
         self.free.append(ino)
         self.live -= 1
         if self.xattrs_changed is not None:
@@ -786,7 +768,7 @@ def _sparse(name: str, default: Any, doc: str) -> property:
 
 
 def _time(which: int, doc: str) -> property:
-    """One of (atime, mtime, ctime): set together, since ctime is kept as an offset from mtime."""
+    """One of (atime, mtime, ctime): set together, since atime and ctime are kept as distances from mtime."""
     def get(self: "Inode") -> int:
         return self.t.times(self.ino)[which]
 

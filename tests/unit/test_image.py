@@ -13,6 +13,7 @@ from test_recovery import (COMMITTED, Filesystem, lookup_path, make_committed, o
 from packfs import image
 from packfs.catalog import Catalog
 from packfs.dirents import PACKED_MAX, PackedEntries
+from packfs.inodes import Inode
 from packfs.namespace import ROOT, Namespace
 from packfs.recovery import load_namespace
 
@@ -309,24 +310,35 @@ def test_owners_come_back_from_the_image(tmp_path, cat, owners):
 
 @pytest.mark.parametrize("whole", [False, True])
 def test_times_and_xattrs_come_back_from_the_image(tmp_path, cat, whole):
-    """`ctime` holds offsets from mtime, with far ones kept whole beside it, or whole times
-    once many are far; `xat` is u32, or i64 past 32 GiB of xattr values.
-    Either way, every time and value comes back exactly."""
+    """`atime` and `ctime` hold distances from mtime, with far ones kept whole beside them
+    (and the far entries no slot uses), or whole times once many are far; `xat` is u32,
+    or i64 past 32 GiB of xattr values. Either way, every time and value comes back
+    exactly, and a far time freed before the image is reused after it."""
     ns = Namespace.fresh(0, 0)
-    files = [ns.create(ROOT, b"f%d" % i, stat.S_IFREG | 0o644, 0, 0) for i in range(3)]
+    files = [ns.create(ROOT, b"f%d" % i, stat.S_IFREG | 0o644, 0, 0) for i in range(4)]
     for i, f in enumerate(files):
         ns.setxattr(f.ino, b"user.swift.metadata", b"m%d" % i * (60 * i + 1))
-    files[1].set_times(-5, 4_102_444_800_000_000_001, 7)  # ctime far before mtime: kept whole
+    files[3].set_times(1, 10**18, 3)  # two far times, freed next: spare entries
+    files[1].set_times(-5, 4_102_444_800_000_000_001, 7)  # both far: kept whole
     files[2].set_times(10, 20, 30)
+    files[3].set_times(10, 10, 10)
     if whole:
-        ns.table._whole_ctimes()
+        ns.table.atimes._go_whole()
+        ns.table.ctimes._go_whole()
         ns.table._xat_for(1 << 32)
     times = {f.ino: f.times() for f in files}
     saved(tmp_path, cat, ns)
     table = image.take(str(tmp_path), cat.image_token, cat.stamp, True)
     assert table is not None
     loaded = load_namespace(cat, True, table).table
-    assert (loaded.ctime.typecode, loaded.xat.typecode) == (("q", "q") if whole else ("I", "I"))
+    assert (loaded.atime.typecode, loaded.ctime.typecode, loaded.xat.typecode) == \
+        (("q", "q", "q") if whole else ("I", "I", "I"))
     assert [loaded.plain_xattrs(f.ino) for f in files] == [ns.table.plain_xattrs(f.ino) for f in files]
     assert {ino: loaded.times(ino) for ino in times} == times
-    assert loaded.wide_ctime == ({} if whole else {files[1].ino: 7})
+    far = [(t.far_count(), len(t.far)) for t in (loaded.atimes, loaded.ctimes)]
+    assert far == ([(0, 0), (0, 0)] if whole else [(1, 2), (1, 2)])
+    files = [Inode(loaded, f.ino) for f in files]
+    files[2].set_times(30, 20, 10**18)  # far again: the spare entries are reused
+    assert files[2].times() == (30, 20, 10**18) and files[1].times() == times[files[1].ino]
+    if not whole:
+        assert [(t.far_count(), len(t.far)) for t in (loaded.atimes, loaded.ctimes)] == [(2, 2), (2, 2)]

@@ -7,7 +7,8 @@ import pytest
 from test_catalog import build
 
 from packfs import records
-from packfs.inodes import OWNERS_NARROW, ROOT, TIME_WIDE, WHOLE_TIMES_AFTER, Inode, InodeTable, pack_extents
+from packfs.inodes import OWNERS_NARROW, ROOT, Inode, InodeTable, pack_extents
+from packfs.offsettimes import FAR
 from packfs.namespace import Namespace
 from packfs.xattrblob import pack_xattrs, plain
 
@@ -371,13 +372,18 @@ def test_loaded_entries_take_their_final_form_at_once():
             assert t.names.wasted() == 0
 
 
-def test_a_slot_is_52_bytes_and_a_byte_of_xcat():
-    """What `packfs stats` reports as the inode columns: 53 B per slot, free and headroom too;
-    57 B once `ctime` holds whole times, 61 B once `xat` is i64 too."""
+def test_a_slot_is_48_bytes_and_a_byte_of_xcat():
+    """What `packfs stats` reports as the inode columns: 49 B per slot, free and headroom too;
+    53 and 57 B once `atime` and `ctime` hold whole times, 61 B once `xat` is i64 too;
+    and the far times beside the time columns."""
     t = InodeTable()
     t.grow(5000)
-    assert len(t.mode) >= 5000 and t.column_bytes() == 53 * len(t.mode)
-    t._whole_ctimes()
+    assert len(t.mode) >= 5000 and t.column_bytes() == 49 * len(t.mode)
+    Inode(t, 7).set_times(10**18, 0, 10**18)  # both far from mtime
+    assert t.column_bytes() == 49 * len(t.mode) + 2 * 8
+    t.atimes._go_whole()
+    assert t.column_bytes() == 53 * len(t.mode) + 8
+    t.ctimes._go_whole()
     assert t.column_bytes() == 57 * len(t.mode)
     t._xat_for(1 << 32)
     assert t.column_bytes() == 61 * len(t.mode)
@@ -412,59 +418,78 @@ def test_values_past_a_narrow_columns_top_are_kept_whole():
     assert f.size == 0 and t.wide_size == {} and t.size[2] == 0
 
 
-def test_ctime_is_an_offset_from_mtime_and_far_ones_are_kept_whole():
-    """ctime is a u32 offset from mtime; one too far from it (utime, a chown of an old
-    tree) is kept whole beside the column, exactly, until it is near again."""
+def test_atime_and_ctime_are_distances_from_mtime_and_far_ones_are_kept_whole():
+    """atime is a u32 distance before mtime and ctime one after it; a time too far from
+    mtime (a directory that gains an entry minutes after its making, utime, a chown of an
+    old tree) is kept whole beside its column, exactly, until it is near again, and its
+    entry there is reused."""
     t = InodeTable()
     now = 1_700_000_000_123_456_789
     t.put(5, REG, 0, 0, now)
     node = Inode(t, 5)
     node.modified(now + 3_000_000)
     assert node.times() == (now, now + 3_000_000, now + 3_000_000)
-    assert t.ctime[5] == 0 and not t.wide_ctime
+    assert (t.atime[5], t.ctime[5]) == (3_000_000, 0)
     node.ctime = now + 3_000_005
     assert t.ctime[5] == 5 and node.times() == (now, now + 3_000_000, now + 3_000_005)
+    node.modified(now + FAR)  # the atime is now too far before the mtime
+    assert node.times() == (now, now + FAR, now + FAR) and t.atime[5] == FAR and t.atimes.far_count() == 1
+    node.modified(now + FAR + 7)  # still far: the same entry
+    assert node.times() == (now, now + FAR + 7, now + FAR + 7) and len(t.atimes.far) == 1
     far = [(0, 4_102_444_800_000_000_001, now),  # far future mtime, as utime allows
-           (-5, now, now - 1),  # ctime before mtime
-           (7, now, now + TIME_WIDE)]  # just past what fits
+           (now + 1, now, now - 1),  # atime after mtime, ctime before it
+           (now - FAR, now, now + FAR)]  # just past what fits
     for times in far:
         node.set_times(*times)
         assert node.times() == t.times(5) == times and t.stat(5)[6:] == times and t.row(5)[6:9] == times
-        assert t.ctime[5] == TIME_WIDE and t.wide_ctime == {5: times[2]}
-    node.modified(now)  # a write: near again
-    assert node.times() == (7, now, now) and not t.wide_ctime
-    node.set_times(1, now, now + TIME_WIDE - 1)  # the farthest that fits
-    assert node.times() == (1, now, now + TIME_WIDE - 1) and not t.wide_ctime
-    node.set_times(-1, now, -1)
+        assert (t.atime[5], t.ctime[5]) == (FAR, FAR)
+        assert (t.atimes.far_count(), t.ctimes.far_count()) == (1, 1)
+    node.modified(now)  # a write: ctime near again, the atime still far
+    assert node.times() == (now - FAR, now, now) and (t.atimes.far_count(), t.ctimes.far_count()) == (1, 0)
+    node.set_times(now - FAR + 1, now, now + FAR - 1)  # the farthest that fit
+    assert node.times() == (now - FAR + 1, now, now + FAR - 1)
+    assert (t.atimes.far_count(), t.ctimes.far_count()) == (0, 0)
+    node.set_times(-1, now, -1)  # far again: the entries freed above are reused
+    assert (len(t.atimes.far), len(t.ctimes.far)) == (1, 1)
     t.drop(5)
-    assert not t.wide_ctime
+    assert (t.atimes.far_count(), t.ctimes.far_count()) == (0, 0)
+    t.put(6, DIR, 0, 0, now)
+    Inode(t, 6).set_times(now, 1, now)  # another slot reuses what 5 freed, not a new entry
+    assert (len(t.atimes.far), len(t.ctimes.far)) == (1, 1) and t.times(6) == (now, 1, now)
     t.put(5, REG, 0, 0, now)  # the number reused: its slot says nothing of the old times
-    assert t.times(5) == (now, now, now)
+    assert t.times(5) == (now, now, now) and (t.atime[5], t.ctime[5]) == (0, 0)
 
 
 @pytest.mark.parametrize("how", ["load", "load_all"])
-@pytest.mark.parametrize("chowned", [False, True])
-def test_a_ctime_column_with_many_far_times_holds_whole_times(how, chowned):
-    """A chown of an old tree puts every ctime far from its mtime: past one in
-    WHOLE_TIMES_AFTER slots the column holds whole times, every time unchanged."""
-    n = 8 * 1024  # above the smallest number that turns the column whole
-    rows = [(ino, DIR, 0, 0, 2, 0, ino, ino + 5, ino + 5 + (10**13 if chowned and ino % 4 == 0 else 7), 0, None,
-             None, None, ROOT) for ino in range(ROOT, ROOT + n)]
+@pytest.mark.parametrize("which", ["atime", "ctime"])
+@pytest.mark.parametrize("touched", [False, True])
+def test_a_time_column_with_many_far_times_holds_whole_times(how, which, touched):
+    """A utime or chown of an old tree puts times far from their mtimes: once half of a
+    column's slots would need a far time the column holds whole times, every time
+    unchanged; the other column keeps its distances."""
+    n = 8 * 1024  # above the smallest number that turns a column whole
+    far = 10**13 if touched else 0
+    rows = [(ino, DIR, 0, 0, 2, 0,
+             ino - 3 - (far if which == "atime" and ino % 3 else 0), ino,
+             ino + 7 + (far if which == "ctime" and ino % 3 else 0),
+             0, None, None, None, ROOT) for ino in range(ROOT, ROOT + n)]
     t = InodeTable()
     if how == "load":
         for row in rows:
             t.load(row)
     else:
         t.load_all(iter(rows), ROOT + n)
-    if chowned:
-        assert n // 4 > len(t.mode) // WHOLE_TIMES_AFTER
-        assert t.ctime.typecode == "q" and not t.wide_ctime
+    other = "ctime" if which == "atime" else "atime"
+    assert getattr(t, other).typecode == "I"
+    if touched:
+        assert getattr(t, which).typecode == "q" and getattr(t, which + "s").far_count() == 0
     else:
-        assert t.ctime.typecode == "I" and not t.wide_ctime and t.ctime[ROOT:ROOT + n] == array("I", [7] * n)
+        assert getattr(t, which).typecode == "I" and getattr(t, which)[ROOT:ROOT + n] == \
+            array("I", [3 if which == "atime" else 7] * n)
     assert [t.row(r[0]) for r in rows] == rows
     Inode(t, ROOT).set_times(1, 2, 3)
     Inode(t, ROOT + 1).modified(9)
-    assert t.times(ROOT) == (1, 2, 3) and t.times(ROOT + 1) == (ROOT + 1, 9, 9)
+    assert t.times(ROOT) == (1, 2, 3) and t.times(ROOT + 1) == (rows[1][6], 9, 9)
 
 
 @pytest.mark.parametrize("how", ["load_all", "set_xattrs", "compress_xattrs"])
