@@ -3,7 +3,7 @@
 A Swift object is three inodes (suffix directory, hash directory, .data file), and a
 million objects are three million inodes. As Python objects they cost about 600 B each
 (the object, its boxed integers, a dict slot); as a slot in these columns they cost
-48 B. Names and xattr values are strings in arenas (arena.py), referred to from
+47 B. Names and xattr values are strings in arenas (arena.py), referred to from
 columns. Rare or variable-sized fields (device numbers, symlink targets, extent maps,
 entries of directories with several names) live in dicts keyed by inode number.
 Xattr values are kept in memory too, unless `keep_xattrs` is off: then they stay in the
@@ -58,7 +58,7 @@ _DECODED_MAX = 64  # inodes whose xattrs are kept decoded: a Swift GET reads the
 XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swift's: ~50 B)
 
 # Each column's array typecode. Inode numbers (parent, kid) are below INO_MAX, so u32;
-# a mode fits u16. A slot is 48 B, and a byte of `xcat`. `kid` and `kname` hold a
+# a mode fits u16. A slot is 47 B, and a byte of `xcat`. `kid` and `kname` hold a
 # directory's one entry, and a regular file's one whole record (as `rlen` and `rec`): no
 # inode needs both, so they share the columns. `owner` numbers a (uid, gid) pair in
 # `owners`: a disk's files have a handful of owners (Swift's: one). It is u16 until a
@@ -66,14 +66,17 @@ XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swi
 # u32 up to 32 GiB of xattr values, then i64.
 # `nlink`, `lookups` and `size` are narrower than their values may be (see NARROW_TOPS).
 # `atime` and `ctime` hold distances from `mtime` where they fit (offsettimes.py).
-COLUMNS = {"mode": "H", "owner": "H", "nlink": "H", "parent": "I", "kid": "I",
+COLUMNS = {"mode": "H", "owner": "H", "nlink": "B", "parent": "I", "kid": "I",
            "lookups": "H", "size": "I", "atime": "I", "mtime": "q", "ctime": "I", "kname": "q",
            "xat": "I"}
 # A value at or past its narrow column's top is kept in the table's `wide_<column>` dict,
-# and the column holds the top: files of 4 GiB or more, directories with more than
-# 65,532 subdirectories (a Swift objects directory on a disk of a big ring), inodes the
-# kernel took 65,535 references to. They are rare; the narrow columns save 8 B a slot.
-NARROW_TOPS = {"nlink": 0xFFFF, "lookups": 0xFFFF, "size": 0xFFFFFFFF}
+# and the column holds the top: files of 4 GiB or more, directories with more than 252
+# subdirectories (a Swift partition directory with its suffix directories, the objects
+# directory: ~1 in 2,800 of the inodes of a million Swift objects), inodes the kernel took
+# 65,535 references to. The lookup count stays u16: the kernel's references to a
+# directory grow by one each time it looks up a name again after its entry timeout (a
+# replicator's pass over every directory), so in a long-lived mount many would pass 255.
+NARROW_TOPS = {"nlink": 0xFF, "lookups": 0xFFFF, "size": 0xFFFFFFFF}
 _NLINK_TOP, _SIZE_TOP = NARROW_TOPS["nlink"], NARROW_TOPS["size"]
 _XAT_TOP = 0xFFFFFFFF  # `xat` holds CountedArena references: u32, i64 past this
 RUNTIME_COLUMNS = ("lookups",)  # what only a running mount has: never saved

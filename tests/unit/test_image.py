@@ -143,7 +143,7 @@ DAMAGES = {
     "missing": (lambda p: p.unlink(), "there is none"),
     "truncated": (lambda p: p.write_bytes(p.read_bytes()[:-100]), "truncated"),
     "flipped byte in the names": (lambda p: _flip(p, p.stat().st_size - 300), "damaged"),
-    "flipped byte in a column": (lambda p: _flip(p, 200), "section is damaged"),
+    "flipped byte in a column": (lambda p: _flip(p, 89), "section is damaged"),  # the header, a section's, `mode`
     "flipped byte in the header": (lambda p: _flip(p, 20), "header is damaged"),
     "not an image": (lambda p: p.write_bytes(b"\0" * 4096), "not a packfs namespace image"),
     "trailing bytes": (lambda p: p.write_bytes(p.read_bytes() + b"x"), "after its last section"),

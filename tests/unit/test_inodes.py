@@ -372,26 +372,26 @@ def test_loaded_entries_take_their_final_form_at_once():
             assert t.names.wasted() == 0
 
 
-def test_a_slot_is_48_bytes_and_a_byte_of_xcat():
-    """What `packfs stats` reports as the inode columns: 49 B per slot, free and headroom too;
-    53 and 57 B once `atime` and `ctime` hold whole times, 61 B once `xat` is i64 too;
+def test_a_slot_is_47_bytes_and_a_byte_of_xcat():
+    """What `packfs stats` reports as the inode columns: 48 B per slot, free and headroom too;
+    52 and 56 B once `atime` and `ctime` hold whole times, 60 B once `xat` is i64 too;
     and the far times beside the time columns."""
     t = InodeTable()
     t.grow(5000)
-    assert len(t.mode) >= 5000 and t.column_bytes() == 49 * len(t.mode)
+    assert len(t.mode) >= 5000 and t.column_bytes() == 48 * len(t.mode)
     Inode(t, 7).set_times(10**18, 0, 10**18)  # both far from mtime
-    assert t.column_bytes() == 49 * len(t.mode) + 2 * 8
+    assert t.column_bytes() == 48 * len(t.mode) + 2 * 8
     t.atimes._go_whole()
-    assert t.column_bytes() == 53 * len(t.mode) + 8
+    assert t.column_bytes() == 52 * len(t.mode) + 8
     t.ctimes._go_whole()
-    assert t.column_bytes() == 57 * len(t.mode)
+    assert t.column_bytes() == 56 * len(t.mode)
     t._xat_for(1 << 32)
-    assert t.column_bytes() == 61 * len(t.mode)
+    assert t.column_bytes() == 60 * len(t.mode)
 
 
 def test_values_past_a_narrow_columns_top_are_kept_whole():
-    """A 5 GiB file, a directory with 70,000 subdirectories, an inode the kernel holds
-    70,000 references to: the narrow columns hold their top and the values live beside
+    """A 5 GiB file, directories with 70,000 and 253 subdirectories (nlink is u8), an inode
+    the kernel holds 70,000 references to: the narrow columns hold their top and the values live beside
     them, through every way in and out of a slot; a reused slot forgets them."""
     from packfs import image
     big, links = 5 << 30, 70_002
@@ -399,7 +399,15 @@ def test_values_past_a_narrow_columns_top_are_kept_whole():
     t.put(ROOT, DIR, 0, 0, 1)
     t.load((2, REG, 0, 0, 1, big, 1, 1, 1, 0, None, None, None, ROOT))
     t.load_all([(3, DIR, 0, 0, links, 0, 1, 1, 1, 0, None, None, None, ROOT),
-                (4, REG, 0, 0, 1, 4095, 1, 1, 1, 0, None, None, None, ROOT)], 5)
+                (4, REG, 0, 0, 1, 4095, 1, 1, 1, 0, None, None, None, ROOT),
+                (5, DIR, 0, 0, 255, 0, 1, 1, 1, 0, None, None, None, ROOT),  # a partition directory's
+                (6, DIR, 0, 0, 254, 0, 1, 1, 1, 0, None, None, None, ROOT)], 7)
+    assert t.wide_nlink == {3: links, 5: 255} and Inode(t, 5).nlink == 255 and t.nlink[6] == 254
+    Inode(t, 6).nlink += 1
+    Inode(t, 5).nlink -= 1
+    assert t.wide_nlink == {3: links, 6: 255} and t.nlink[5] == 254
+    t.drop(5)
+    t.drop(6)
     f, d = Inode(t, 2), Inode(t, 3)
     f.lookups = 70_000
     assert (f.size, d.nlink, f.lookups) == (big, links, 70_000)
