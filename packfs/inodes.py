@@ -3,7 +3,7 @@
 A Swift object is three inodes (suffix directory, hash directory, .data file), and a
 million objects are three million inodes. As Python objects they cost about 600 B each
 (the object, its boxed integers, a dict slot); as a slot in these columns they cost
-47 B. Names and xattr values are strings in arenas (arena.py), referred to from
+43 B. Names and xattr values are strings in arenas (arena.py), referred to from
 columns. Rare or variable-sized fields (device numbers, symlink targets, extent maps,
 entries of directories with several names) live in dicts keyed by inode number.
 Xattr values are kept in memory too, unless `keep_xattrs` is off: then they stay in the
@@ -57,8 +57,8 @@ _FETCHED_MAX = 256
 _DECODED_MAX = 64  # inodes whose xattrs are kept decoded: a Swift GET reads them ~5 times
 XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swift's: ~50 B)
 
-# Each column's array typecode. Inode numbers (parent, kid) are below INO_MAX, so u32;
-# a mode fits u16. A slot is 47 B, and a byte of `xcat`. `kid` and `kname` hold a
+# Each column's array typecode. Inode numbers (kid, a parent) are below INO_MAX, so u32;
+# a mode fits u16. A slot is 43 B, and a byte of `xcat`. `kid` and `kname` hold a
 # directory's one entry, and a regular file's one whole record (as `rlen` and `rec`): no
 # inode needs both, so they share the columns. `owner` numbers a (uid, gid) pair in
 # `owners`: a disk's files have a handful of owners (Swift's: one). It is u16 until a
@@ -66,7 +66,9 @@ XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swi
 # u32 up to 32 GiB of xattr values, then i64.
 # `nlink`, `lookups` and `size` are narrower than their values may be (see NARROW_TOPS).
 # `atime` and `ctime` hold distances from `mtime` where they fit (offsettimes.py).
-COLUMNS = {"mode": "H", "owner": "H", "nlink": "B", "parent": "I", "kid": "I",
+# `size` holds a directory's parent (as `parent`): a directory's size is 0, and only a
+# directory keeps its parent (for ..), so no inode needs both.
+COLUMNS = {"mode": "H", "owner": "H", "nlink": "B", "kid": "I",
            "lookups": "H", "size": "I", "atime": "I", "mtime": "q", "ctime": "I", "kname": "q",
            "xat": "I"}
 # A value at or past its narrow column's top is kept in the table's `wide_<column>` dict,
@@ -120,7 +122,6 @@ class InodeTable:
         self.mtime = array(COLUMNS["mtime"])
         self.atimes = OffsetTimes("atime", after=False, mtimes=lambda: self.mtime)
         self.ctimes = OffsetTimes("ctime", after=True, mtimes=lambda: self.mtime)
-        self.parent = array(COLUMNS["parent"])
         self.kid = array(COLUMNS["kid"])
         self.kname = array(COLUMNS["kname"])
         self.names = Arena()
@@ -166,6 +167,11 @@ class InodeTable:
 
     def __len__(self) -> int:
         return self.live
+
+    @property
+    def parent(self) -> array:
+        """A directory's parent (for ..): `size` (see COLUMNS)."""
+        return self.size
 
     @property
     def atime(self) -> array:
@@ -326,7 +332,6 @@ class InodeTable:
         self.mode[ino], self.owner[ino] = mode, self.owner_of(uid, gid)
         self.set_narrow("nlink", ino, 2 if stat.S_ISDIR(mode) else 1)
         self.set_narrow("size", ino, 0)
-        self.parent[ino] = 0
         self.set_times(ino, now, now, now)
         self.xcat[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
         self.live += 1
@@ -344,9 +349,10 @@ class InodeTable:
             self.kid[ino] = self.kname[ino] = 0
         self.mode[ino], self.owner[ino] = mode, self.owner_of(uid, gid)
         self.set_narrow("nlink", ino, nlink)
-        self.set_narrow("size", ino, size)
+        self.set_narrow("size", ino, 0 if mode & _IFMT == _IFDIR else size)
+        if mode & _IFMT == _IFDIR:
+            self.size[ino] = parent
         self.set_times(ino, atime, mtime, ctime)
-        self.parent[ino] = parent
         self._set_sparse(self.rdev, ino, rdev)
         self._set_sparse(self.target, ino, target)
         self.set_xattrs(ino, xattrs)
@@ -359,15 +365,17 @@ class InodeTable:
         field only says whether the catalog holds any (1 or 0): the values stay there."""
         self.grow(top)
         mode, nlink, owner, owner_of = self.mode, self.nlink, self.owner, self.owner_of
-        size, mtime, parent = self.size, self.mtime, self.parent
+        size, mtime = self.size, self.mtime
         atimes, ctimes, atime, ctime = self.atimes, self.ctimes, self.atime, self.ctime
         rdevs, targets, extents, xcat, rec, rlen = self.rdev, self.target, self.extents, self.xcat, self.rec, self.rlen
         xat, add = self.xat, (self.xblobs.adder() if self.keep_xattrs else None)
         one, unpack = _EXTENT.size, _EXTENT.unpack
         n = 0
         pair, number = (0, 0), 0  # the last owner seen: rows come in runs of one owner
-        for ino, mode[ino], uid, gid, links, length, a, m, c, rdev, target, x, e, parent[ino] in rows:
+        for ino, mode[ino], uid, gid, links, length, a, m, c, rdev, target, x, e, parent in rows:
             n += 1
+            if mode[ino] & _IFMT == _IFDIR:
+                length = parent  # (see COLUMNS)
             mtime[ino] = m
             if 0 <= m - a < FAR and atime.typecode == "I":
                 atime[ino] = m - a
@@ -431,12 +439,14 @@ class InodeTable:
     def stat(self, ino: int) -> tuple[int, int, int, int, int, int, int, int, int]:
         """(mode, nlink, uid, gid, rdev, size, atime, mtime, ctime): what getattr answers, in one call."""
         uid, gid = self.owners[self.owner[ino]]
-        nlink, size = self.nlink[ino], self.size[ino]
+        mode, nlink, size = self.mode[ino], self.nlink[ino], self.size[ino]
         if nlink == _NLINK_TOP:
             nlink = self.wide_nlink[ino]
-        if size == _SIZE_TOP:
+        if mode & _IFMT == _IFDIR:
+            size = 0  # the column holds its parent
+        elif size == _SIZE_TOP:
             size = self.wide_size[ino]
-        return (self.mode[ino], nlink, uid, gid, self.rdev.get(ino, 0), size, *self.times(ino))
+        return (mode, nlink, uid, gid, self.rdev.get(ino, 0), size, *self.times(ino))
 
     def times(self, ino: int) -> tuple[int, int, int]:
         """(atime, mtime, ctime), in ns."""
@@ -460,10 +470,11 @@ class InodeTable:
     def row(self, ino: int) -> InodeRow:
         mode = self.mode[ino]
         uid, gid = self.owners[self.owner[ino]]
-        return (ino, mode, uid, gid, self.get_narrow("nlink", ino), self.get_narrow("size", ino),
+        is_dir = mode & _IFMT == _IFDIR
+        return (ino, mode, uid, gid, self.get_narrow("nlink", ino), 0 if is_dir else self.get_narrow("size", ino),
                 *self.times(ino), self.rdev.get(ino, 0),
                 self.target.get(ino), self.packed_xattrs(ino),
-                self.packed_extents(ino) if stat.S_ISREG(mode) else None, self.parent[ino])
+                self.packed_extents(ino) if stat.S_ISREG(mode) else None, self.size[ino] if is_dir else 0)
 
     def drop(self, ino: int) -> None:
         """Free a slot and everything kept for it."""
@@ -825,7 +836,16 @@ class Inode:
     def gid(self, value: int) -> None:
         self.t.owner[self.ino] = self.t.owner_of(self.uid, value)
     nlink = _narrow("nlink", "link count")
-    size = _narrow("size", "size in bytes")
+
+    @property
+    def size(self) -> int:
+        """size in bytes (a directory's is 0: its slot holds its parent there)"""
+        return 0 if self.is_dir else self.t.get_narrow("size", self.ino)
+
+    @size.setter
+    def size(self, value: int) -> None:
+        assert not self.is_dir, "a directory has no size to set"
+        self.t.set_narrow("size", self.ino, value)
     atime = _time(0, "access time, ns")
     mtime = _time(1, "modification time, ns")
     ctime = _time(2, "change time, ns")
@@ -840,7 +860,16 @@ class Inode:
     def modified(self, now: int) -> None:
         """Contents or entries changed: mtime and ctime become now."""
         self.t.modified(self.ino, now)
-    parent = _column("parent", "a directory's parent (for ..)")
+
+    @property
+    def parent(self) -> int:
+        """a directory's parent (for ..); 0 for anything else"""
+        return self.t.size[self.ino] if self.is_dir else 0
+
+    @parent.setter
+    def parent(self, value: int) -> None:
+        assert self.is_dir, "only a directory keeps its parent"
+        self.t.size[self.ino] = value
     rdev = _sparse("rdev", 0, "device number of a special file")
     target = _sparse("target", None, "a symlink's target")
     opens = _sparse("opens", 0, "open file handles")

@@ -372,21 +372,52 @@ def test_loaded_entries_take_their_final_form_at_once():
             assert t.names.wasted() == 0
 
 
-def test_a_slot_is_47_bytes_and_a_byte_of_xcat():
-    """What `packfs stats` reports as the inode columns: 48 B per slot, free and headroom too;
-    52 and 56 B once `atime` and `ctime` hold whole times, 60 B once `xat` is i64 too;
+def test_a_slot_is_43_bytes_and_a_byte_of_xcat():
+    """What `packfs stats` reports as the inode columns: 44 B per slot, free and headroom too;
+    48 and 52 B once `atime` and `ctime` hold whole times, 56 B once `xat` is i64 too;
     and the far times beside the time columns."""
     t = InodeTable()
     t.grow(5000)
-    assert len(t.mode) >= 5000 and t.column_bytes() == 48 * len(t.mode)
+    assert len(t.mode) >= 5000 and t.column_bytes() == 44 * len(t.mode)
     Inode(t, 7).set_times(10**18, 0, 10**18)  # both far from mtime
-    assert t.column_bytes() == 48 * len(t.mode) + 2 * 8
+    assert t.column_bytes() == 44 * len(t.mode) + 2 * 8
     t.atimes._go_whole()
-    assert t.column_bytes() == 52 * len(t.mode) + 8
+    assert t.column_bytes() == 48 * len(t.mode) + 8
     t.ctimes._go_whole()
-    assert t.column_bytes() == 56 * len(t.mode)
+    assert t.column_bytes() == 52 * len(t.mode)
     t._xat_for(1 << 32)
-    assert t.column_bytes() == 60 * len(t.mode)
+    assert t.column_bytes() == 56 * len(t.mode)
+
+
+def test_a_directory_keeps_its_parent_where_a_file_keeps_its_size():
+    """One column holds a directory's parent and anything else's size: a directory's size
+    is 0 and a file has no parent, through every way in and out of a slot, and a number
+    reused for the other type (a 5 GiB file's, kept beside the column) says nothing of the
+    old value."""
+    big = 5 << 30
+    t = InodeTable()
+    t.put(ROOT, DIR, 0, 0, 1)
+    Inode(t, ROOT).parent = ROOT
+    t.load((2, DIR, 0, 0, 2, 0, 1, 1, 1, 0, None, None, None, ROOT))
+    t.load_all([(3, DIR, 0, 0, 2, 0, 1, 1, 1, 0, None, None, None, 2),
+                (4, REG, 0, 0, 1, 4095, 1, 1, 1, 0, None, None, None, 0),
+                (5, REG, 0, 0, 1, big, 1, 1, 1, 0, None, None, None, 0)], 6)
+    d, f = Inode(t, 3), Inode(t, 4)
+    assert (d.parent, d.size, f.parent, f.size, Inode(t, 5).size) == (2, 0, 0, 4095, big)
+    assert t.stat(3)[5] == 0 and t.stat(4)[5] == 4095 and t.stat(5)[5] == big
+    assert [t.row(i)[5::8] for i in (2, 3, 4, 5)] == [(0, ROOT), (0, 2), (4095, 0), (big, 0)]
+    assert t.usage() == (3, 2, 4095 + big)
+    d.parent = ROOT  # a rename to another directory
+    f.size = 10
+    assert (d.parent, d.size, f.size) == (ROOT, 0, 10)
+    t.load((5, DIR, 0, 0, 2, 0, 1, 1, 1, 0, None, None, None, 3))  # the file's number, now a directory's
+    t.load((3, REG, 0, 0, 1, 7, 1, 1, 1, 0, None, None, None, 0))  # and the other way
+    assert (Inode(t, 5).parent, Inode(t, 5).size, t.wide_size) == (3, 0, {})
+    assert (Inode(t, 3).parent, Inode(t, 3).size) == (0, 7)
+    with pytest.raises(AssertionError):
+        Inode(t, 4).parent = 2
+    with pytest.raises(AssertionError):
+        Inode(t, 5).size = 1
 
 
 def test_values_past_a_narrow_columns_top_are_kept_whole():
