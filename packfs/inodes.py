@@ -173,23 +173,10 @@ class InodeTable:
         """A directory's parent (for ..): `size` (see COLUMNS)."""
         return self.size
 
-    @property
-    def atime(self) -> array:
-        """The `atime` column (see offsettimes.py)."""
-        return self.atimes.column
-
-    @atime.setter
-    def atime(self, column: array) -> None:
-        self.atimes.column = column
-
-    @property
-    def ctime(self) -> array:
-        """The `ctime` column (see offsettimes.py)."""
-        return self.ctimes.column
-
-    @ctime.setter
-    def ctime(self, column: array) -> None:
-        self.ctimes.column = column
+    atime = property(lambda self: self.atimes.column, lambda self, column: setattr(self.atimes, "column", column),
+                     doc="The `atime` column (see offsettimes.py).")
+    ctime = property(lambda self: self.ctimes.column, lambda self, column: setattr(self.ctimes, "column", column),
+                     doc="The `ctime` column (see offsettimes.py).")
 
     @property
     def rec(self) -> array:
