@@ -3,7 +3,7 @@
 A Swift object is three inodes (suffix directory, hash directory, .data file), and a
 million objects are three million inodes. As Python objects they cost about 600 B each
 (the object, its boxed integers, a dict slot); as a slot in these columns they cost
-43 B. Names and xattr values are strings in arenas (arena.py), referred to from
+42 B. Names and xattr values are strings in arenas (arena.py), referred to from
 columns. Rare or variable-sized fields (device numbers, symlink targets, extent maps,
 entries of directories with several names) live in dicts keyed by inode number.
 Xattr values are kept in memory too, unless `keep_xattrs` is off: then they stay in the
@@ -58,27 +58,25 @@ _DECODED_MAX = 64  # inodes whose xattrs are kept decoded: a Swift GET reads the
 XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swift's: ~50 B)
 
 # Each column's array typecode. Inode numbers (kid, a parent) are below INO_MAX, so u32;
-# a mode fits u16. A slot is 43 B, and a byte of `xcat`. `kid` and `kname` hold a
+# a mode fits u16. A slot is 42 B, and a byte of `xcat`. `kid` and `kname` hold a
 # directory's one entry, and a regular file's one whole record (as `rlen` and `rec`): no
 # inode needs both, so they share the columns. `owner` numbers a (uid, gid) pair in
 # `owners`: a disk's files have a handful of owners (Swift's: one). It is u16 until a
 # table has more than OWNERS_NARROW pairs, then u32. `xat` is a CountedArena reference:
 # u32 up to 32 GiB of xattr values, then i64.
-# `nlink`, `lookups` and `size` are narrower than their values may be (see NARROW_TOPS).
+# `nlink` and `size` are narrower than their values may be (see NARROW_TOPS); `lookups`
+# is u8 until a count passes 255, then wider (see set_lookups).
 # `atime` and `ctime` hold distances from `mtime` where they fit (offsettimes.py).
 # `size` holds a directory's parent (as `parent`): a directory's size is 0, and only a
 # directory keeps its parent (for ..), so no inode needs both.
 COLUMNS = {"mode": "H", "owner": "H", "nlink": "B", "kid": "I",
-           "lookups": "H", "size": "I", "atime": "I", "mtime": "q", "ctime": "I", "kname": "q",
+           "lookups": "B", "size": "I", "atime": "I", "mtime": "q", "ctime": "I", "kname": "q",
            "xat": "I"}
 # A value at or past its narrow column's top is kept in the table's `wide_<column>` dict,
 # and the column holds the top: files of 4 GiB or more, directories with more than 252
 # subdirectories (a Swift partition directory with its suffix directories, the objects
-# directory: ~1 in 2,800 of the inodes of a million Swift objects), inodes the kernel took
-# 65,535 references to. The lookup count stays u16: the kernel's references to a
-# directory grow by one each time it looks up a name again after its entry timeout (a
-# replicator's pass over every directory), so in a long-lived mount many would pass 255.
-NARROW_TOPS = {"nlink": 0xFF, "lookups": 0xFFFF, "size": 0xFFFFFFFF}
+# directory: ~1 in 2,800 of the inodes of a million Swift objects).
+NARROW_TOPS = {"nlink": 0xFF, "size": 0xFFFFFFFF}
 _NLINK_TOP, _SIZE_TOP = NARROW_TOPS["nlink"], NARROW_TOPS["size"]
 _XAT_TOP = 0xFFFFFFFF  # `xat` holds CountedArena references: u32, i64 past this
 RUNTIME_COLUMNS = ("lookups",)  # what only a running mount has: never saved
@@ -158,7 +156,6 @@ class InodeTable:
         self.lookups = array(COLUMNS["lookups"])
         self.wide_nlink: dict[int, int] = {}
         self.wide_size: dict[int, int] = {}
-        self.wide_lookups: dict[int, int] = {}
         self.opens: dict[int, int] = {}
         self.wbuf: dict[int, Any] = {}
         self.free = array("q")  # free slots below the highest ever used, reused last first
@@ -242,23 +239,34 @@ class InodeTable:
                 del getattr(self, "wide_" + name)[ino]
             column[ino] = value
 
+    def set_lookups(self, ino: int, value: int) -> None:
+        """Set the kernel's reference count of an inode. The column is u8 until a count
+        needs more, then u16, then u32, for the rest of the mount: the kernel takes one
+        reference more each time it looks a name up again after its entry timeout (a
+        replicator's pass over every directory), so in a long-lived mount the counts of
+        many directories grow past 255, and a dict entry beside the column for each
+        would cost ~120 B where widening the column costs 1-2 B a slot."""
+        try:
+            self.lookups[ino] = value
+        except OverflowError:
+            wider = "H" if value <= 0xFFFF else "I"
+            self.lookups = array(wider, self.lookups)
+            self.lookups[ino] = value
+            log.info("lookups: a count of %d: the column is %s from now on", value, wider)
+
     def drop_lookups(self, pairs: Iterable[tuple[int, int]]) -> list[int]:
         """The kernel dropped these references (FORGET): the inodes left with none and no
         name either, for the caller to release. One pass over the columns, without an
         Inode view per entry (0.14 against 2.4 us each): once the kernel evicts a cold
         walk's inodes, their references come back by the hundreds of thousands."""
-        lookups, nlink, mode, top, n = self.lookups, self.nlink, self.mode, NARROW_TOPS["lookups"], len(self.mode)
+        lookups, nlink, mode, n = self.lookups, self.nlink, self.mode, len(self.mode)
         unused = []
         for ino, count in pairs:
             if not 0 < ino < n or not mode[ino]:
                 continue
             have = lookups[ino]
-            if have == top:
-                left = max(0, self.wide_lookups[ino] - count)
-                self.set_narrow("lookups", ino, left)
-            else:
-                left = have - count if have > count else 0
-                lookups[ino] = left
+            left = have - count if have > count else 0
+            lookups[ino] = left
             if not left and not nlink[ino]:
                 unused.append(ino)
         return unused
@@ -472,7 +480,7 @@ class InodeTable:
         self.xblobs.release(self.xat[ino])
         self.mode[ino] = self.xcat[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
         self.xattr_epoch += 1
-        self.set_narrow("lookups", ino, 0)
+        self.lookups[ino] = 0
         for sparse in (self.rdev, self.target, self._fetched, self.extents, self.opens, self.wbuf):
             sparse.pop(ino, None)
         self.atimes.clear(ino)
@@ -860,7 +868,15 @@ class Inode:
     rdev = _sparse("rdev", 0, "device number of a special file")
     target = _sparse("target", None, "a symlink's target")
     opens = _sparse("opens", 0, "open file handles")
-    lookups = _narrow("lookups", "the kernel's references (FUSE lookup count), dropped by forget")
+
+    @property
+    def lookups(self) -> int:
+        """the kernel's references (FUSE lookup count), dropped by forget"""
+        return self.t.lookups[self.ino]
+
+    @lookups.setter
+    def lookups(self, value: int) -> None:
+        self.t.set_lookups(self.ino, value)
     wbuf = _sparse("wbuf", None, "writeback.Buffer while the file has unflushed data")
 
     @property

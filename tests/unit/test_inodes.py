@@ -372,21 +372,21 @@ def test_loaded_entries_take_their_final_form_at_once():
             assert t.names.wasted() == 0
 
 
-def test_a_slot_is_43_bytes_and_a_byte_of_xcat():
-    """What `packfs stats` reports as the inode columns: 44 B per slot, free and headroom too;
-    48 and 52 B once `atime` and `ctime` hold whole times, 56 B once `xat` is i64 too;
+def test_a_slot_is_42_bytes_and_a_byte_of_xcat():
+    """What `packfs stats` reports as the inode columns: 43 B per slot, free and headroom too;
+    47 and 51 B once `atime` and `ctime` hold whole times, 55 B once `xat` is i64 too;
     and the far times beside the time columns."""
     t = InodeTable()
     t.grow(5000)
-    assert len(t.mode) >= 5000 and t.column_bytes() == 44 * len(t.mode)
+    assert len(t.mode) >= 5000 and t.column_bytes() == 43 * len(t.mode)
     Inode(t, 7).set_times(10**18, 0, 10**18)  # both far from mtime
-    assert t.column_bytes() == 44 * len(t.mode) + 2 * 8
+    assert t.column_bytes() == 43 * len(t.mode) + 2 * 8
     t.atimes._go_whole()
-    assert t.column_bytes() == 48 * len(t.mode) + 8
+    assert t.column_bytes() == 47 * len(t.mode) + 8
     t.ctimes._go_whole()
-    assert t.column_bytes() == 52 * len(t.mode)
+    assert t.column_bytes() == 51 * len(t.mode)
     t._xat_for(1 << 32)
-    assert t.column_bytes() == 56 * len(t.mode)
+    assert t.column_bytes() == 55 * len(t.mode)
 
 
 def test_a_directory_keeps_its_parent_where_a_file_keeps_its_size():
@@ -422,7 +422,7 @@ def test_a_directory_keeps_its_parent_where_a_file_keeps_its_size():
 
 def test_values_past_a_narrow_columns_top_are_kept_whole():
     """A 5 GiB file, directories with 70,000 and 253 subdirectories (nlink is u8), an inode
-    the kernel holds 70,000 references to: the narrow columns hold their top and the values live beside
+    the kernel holds 70,000 references to (its column widens): the narrow columns hold their top and the values live beside
     them, through every way in and out of a slot; a reused slot forgets them."""
     from packfs import image
     big, links = 5 << 30, 70_002
@@ -446,7 +446,7 @@ def test_values_past_a_narrow_columns_top_are_kept_whole():
     assert t.usage() == (2, 2, big + 4095)
     assert t.usage(0, 2) == (1, 0, 0) and t.usage(2, 3) == (0, 1, big) and t.usage(3) == (1, 1, 4095)
     f.size, f.lookups = big + 1, 3
-    assert (f.size, f.lookups, t.wide_lookups) == (big + 1, 3, {})
+    assert (f.size, f.lookups) == (big + 1, 3)
     token = 7
     with tempfile.TemporaryDirectory() as tmp:
         image.save(tmp, t, token, (1, 0, 0, 5))
@@ -575,7 +575,7 @@ def test_the_table_tells_of_every_xattr_change_and_every_inode_that_goes(ns):
 
 
 def test_dropped_lookups_name_the_inodes_left_unreferenced_and_nameless(ns):
-    """FORGET's bulk path: counts go down (never below 0, through the wide values too), and
+    """FORGET's bulk path: counts go down (never below 0, in a widened column too), and
     only inodes left with no reference and no name come back; numbers of freed or unknown
     slots are passed over."""
     t = ns.table
@@ -587,4 +587,22 @@ def test_dropped_lookups_name_the_inodes_left_unreferenced_and_nameless(ns):
     ns.unlink(ROOT, b"wide")
     assert t.drop_lookups([(wide.ino, 69_998)]) == [] and wide.lookups == 1
     assert t.drop_lookups([(wide.ino, 1), (kept.ino, 1)]) == [wide.ino]
-    assert (wide.lookups, kept.lookups, t.wide_lookups) == (0, 0, {})
+    assert (wide.lookups, kept.lookups, t.lookups.typecode) == (0, 0, "I")
+
+
+def test_the_lookup_column_widens_when_a_count_needs_it():
+    """u8 until a count passes 255 (the kernel's references grow at every revalidation of
+    an entry: a long-lived directory's pass 255), then u16, then u32; counts are kept."""
+    t = InodeTable()
+    for ino in (2, 3):
+        t.put(ino, DIR, 0, 0, 1)
+    a, b = Inode(t, 2), Inode(t, 3)
+    a.lookups, b.lookups = 255, 7
+    assert t.lookups.typecode == "B" and t.column_bytes() == 43 * len(t.mode)
+    a.lookups += 1
+    assert (a.lookups, b.lookups, t.lookups.typecode) == (256, 7, "H")
+    assert t.column_bytes() == 44 * len(t.mode)
+    b.lookups = 1 << 16
+    assert (a.lookups, b.lookups, t.lookups.typecode) == (256, 1 << 16, "I")
+    t.grow(len(t.mode) + 1)  # grows in its new width
+    assert t.lookups.typecode == "I" and len(t.lookups) == len(t.mode)
