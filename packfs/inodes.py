@@ -26,8 +26,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from . import extents as ext
 from .arena import Arena, CountedArena
-from .offsettimes import FAR, OffsetTimes
 from .dirents import PACKED_MAX, PackedEntries, name_of, pack_small, small_get, small_items, stored_name
+from .offsettimes import FAR, OffsetTimes
 from .xattrblob import compressed, compressible, is_compressed, iter_xattrs, pack_xattrs, plain, unpack_xattrs
 
 log = logging.getLogger(__name__)
