@@ -344,9 +344,10 @@ class InodeTable:
             self.kid[ino] = self.kname[ino] = 0
         self.mode[ino], self.owner[ino] = mode, self.owner_of(uid, gid)
         self.set_narrow("nlink", ino, nlink)
-        self.set_narrow("size", ino, 0 if mode & _IFMT == _IFDIR else size)
-        if mode & _IFMT == _IFDIR:
-            self.size[ino] = parent
+        is_dir = mode & _IFMT == _IFDIR
+        self.set_narrow("size", ino, 0 if is_dir else size)  # (drops a reused number's wide size)
+        if is_dir:
+            self.size[ino] = parent  # (see COLUMNS)
         self.set_times(ino, atime, mtime, ctime)
         self._set_sparse(self.rdev, ino, rdev)
         self._set_sparse(self.target, ino, target)

@@ -215,8 +215,8 @@ class Journal:
         """Make every change so far durable (fsync, fsyncdir). alone: no other request is
         in flight, so the loop writes and flushes the commit itself (Volumes.write_now)."""
         if not (self.ns.journal_changes or self.wb.dirty or self._behind or self.volumes.broken):
-            # Nothing new (the second of Swift's fsyncdirs): wait only for what is on its
-            # way, without waking the compressor, whose task switch delayed the reply ~20 us.
+            # Nothing new (Swift's second and third fsyncdir of a PUT): wait only for what is
+            # on its way, without waking the compressor, whose task switch delayed the reply ~20 us.
             await self._committed()
             return
         await self.volumes.ensure_space(records.BLOCK, metadata=True)  # buffered data holds its own
