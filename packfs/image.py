@@ -39,7 +39,7 @@ from .inodes import InodeTable
 log = logging.getLogger(__name__)
 
 FILENAME = "namespace.img"
-VERSION = 6
+VERSION = 7
 _MAGIC = b"PKFSIMG\0"
 # magic, version, flags, token, the catalog stamp (volume, offset, seq, next_ino), slots, live inodes
 _HEADER = struct.Struct("<8sIIQ4QQQ")
@@ -50,8 +50,9 @@ _MARSHAL_VERSION = 4
 # The saved columns, in file order; the lookup counts belong to a running mount only.
 COLUMNS = tuple(c for c in inodes.COLUMNS if c not in inodes.RUNTIME_COLUMNS)
 # Columns a table may have made wider, and to what: owners past OWNERS_NARROW; whole times
-# (see offsettimes.py); xattr references past 32 GiB of values.
-_WIDER = {"owner": "I", "atime": "q", "ctime": "q", "xat": "q"}
+# (see offsettimes.py); records and name references past u32; xattr references past 32
+# GiB of values.
+_WIDER = {"owner": "I", "atime": "q", "ctime": "q", "kname": "q", "xat": "q"}
 
 
 # The catalog's checkpoint position and next_ino when the image was taken: a catalog
@@ -117,7 +118,7 @@ def _sections(table: InodeTable, slots: int) -> Iterator[bytes | memoryview]:
     yield marshal.dumps((names.free_lists(), packed, dicts), _MARSHAL_VERSION)
     far = [a.tobytes() for times in (table.atimes, table.ctimes) for a in (times.far, times.spare)]
     yield marshal.dumps((table.rdev, table.target, table.extents, table.owners, table.wide_nlink, table.wide_size,
-                         *far), _MARSHAL_VERSION)
+                         table.volumes.tobytes(), *far), _MARSHAL_VERSION)
     yield memoryview(xblobs.data)
     yield marshal.dumps(xblobs.free_lists(), _MARSHAL_VERSION)
 
@@ -198,8 +199,12 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
         table.dirs.update((d, PackedEntries.restore(e)) for d, e in packed.items())
     except (ValueError, TypeError) as e:
         raise ImageError(f"its directory entries do not decode: {e}") from None
-    table.rdev, table.target, table.extents, owners, table.wide_nlink, table.wide_size, *far = \
-        r.unmarshal((dict, dict, dict, list, dict, dict, bytes, bytes, bytes, bytes))
+    table.rdev, table.target, table.extents, owners, table.wide_nlink, table.wide_size, volumes, *far = \
+        r.unmarshal((dict, dict, dict, list, dict, dict, bytes, bytes, bytes, bytes, bytes))
+    try:
+        table.set_volumes(array("I", volumes))
+    except ValueError as e:
+        raise ImageError(f"its volume indexes do not decode: {e}") from None
     try:
         for times, (far_times, spare) in zip((table.atimes, table.ctimes), (far[0:2], far[2:4])):
             times.far, times.spare = array("q", far_times), array("I", spare)

@@ -25,7 +25,7 @@ from array import array
 from typing import Any, Callable, Iterable, Iterator
 
 from . import extents as ext
-from .arena import Arena, CountedArena
+from .arena import CountedArena
 from .dirents import PACKED_MAX, PackedEntries, name_of, pack_small, small_get, small_items, stored_name
 from .offsettimes import FAR, OffsetTimes
 from .xattrblob import compressed, compressible, is_compressed, iter_xattrs, pack_xattrs, plain, unpack_xattrs
@@ -70,7 +70,7 @@ XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swi
 # `size` holds a directory's parent (as `parent`): a directory's size is 0, and only a
 # directory keeps its parent (for ..), so no inode needs both.
 COLUMNS = {"mode": "H", "owner": "H", "nlink": "B", "kid": "I",
-           "lookups": "B", "size": "I", "atime": "I", "mtime": "q", "ctime": "I", "kname": "q",
+           "lookups": "B", "size": "I", "atime": "I", "mtime": "q", "ctime": "I", "kname": "I",
            "xat": "I"}
 # A value at or past its narrow column's top is kept in the table's `wide_<column>` dict,
 # and the column holds the top: files of 4 GiB or more, directories with more than 252
@@ -79,22 +79,16 @@ COLUMNS = {"mode": "H", "owner": "H", "nlink": "B", "kid": "I",
 NARROW_TOPS = {"nlink": 0xFF, "size": 0xFFFFFFFF}
 _NLINK_TOP, _SIZE_TOP = NARROW_TOPS["nlink"], NARROW_TOPS["size"]
 _XAT_TOP = 0xFFFFFFFF  # `xat` holds CountedArena references: u32, i64 past this
+_KNAME_TOP = 0xFFFFFFFF  # `kname` is u32 until a record or a name reference needs more (see set_kname)
 RUNTIME_COLUMNS = ("lookups",)  # what only a running mount has: never saved
 OWNERS_NARROW = 1 << 16
 INO_MAX = (1 << 32) - 1  # inode numbers stay below this (numbers are reused, so it bounds live inodes)
 SMALL = INO_MAX  # `kid` of a directory whose entries are one string in the names arena
 _IFMT = 0o170000  # the file type bits of a mode
 _IFDIR, _IFREG = stat.S_IFDIR, stat.S_IFREG
-_REC_OFFSET_BITS = 40  # rec = volume << 40 | record offset / 4 KiB
-
-
-def _rec(e: ext.Extent) -> int:
-    """The `rec` column's value for a file's only extent if it is a whole record from file
-    offset 0 (offsets are 4 KiB aligned), else 0."""
-    f, n, vol, off, skip, rlen = e
-    if f or skip or n != rlen or off & 4095 or not 0 < vol < 1 << 23 or off >= 1 << 52 or rlen >= 1 << 32:
-        return 0
-    return vol << _REC_OFFSET_BITS | off >> 12
+_REC_PAGE_BITS = 20  # rec = volume index << 20 | record offset / 4 KiB (see InodeTable.volumes)
+_REC_PAGE_MASK = (1 << _REC_PAGE_BITS) - 1
+VOLUME_INDEXES = 1 << 12  # volume indexes a u32 `rec` holds: 16 TiB of 4 GiB volumes
 
 
 class InodeTable:
@@ -122,7 +116,7 @@ class InodeTable:
         self.ctimes = OffsetTimes("ctime", after=True, mtimes=lambda: self.mtime)
         self.kid = array(COLUMNS["kid"])
         self.kname = array(COLUMNS["kname"])
-        self.names = Arena()
+        self.names = CountedArena(1)
         self.dirs: dict[int, PackedEntries | dict[bytes, int]] = {}
         self.rdev: dict[int, int] = {}
         self.target: dict[int, bytes] = {}
@@ -150,6 +144,12 @@ class InodeTable:
         # have it here, packed up to PACKED_EXTENTS_MAX extents, a list beyond (cheap to
         # edit in place).
         self.extents: dict[int, bytes | list[ext.Extent]] = {}
+        # A whole record names its volume by an index here, so that `rec` is a u32 however
+        # many volumes a disk has written (numbers only grow): the indexes of volumes no
+        # record uses any more are reused when the u32 would run out (renumber_volumes).
+        self.volumes = array("I", [0])  # index -> volume number; index 0 is never used
+        self.volume_index: dict[int, int] = {}
+        self.renumber_at = VOLUME_INDEXES
         # What only a running mount has: the kernel's references (FUSE lookup counts: a
         # column, because a walk makes the kernel hold every inode), open handles and
         # write buffers (dicts: few inodes have them).
@@ -253,6 +253,60 @@ class InodeTable:
             self.lookups = array(wider, self.lookups)
             self.lookups[ino] = value
             log.info("lookups: a count of %d: the column is %s from now on", value, wider)
+
+    def set_kname(self, ino: int, value: int) -> None:
+        """Set `kname` (a record, or a reference into the names arena). The column is u32
+        until a value needs more (a record in volume 4,096 or later, a name past 4 GiB of
+        names), then i64 for the rest of the mount and in its image."""
+        try:
+            self.kname[ino] = value
+        except OverflowError:
+            self._wide_kname()[ino] = value
+
+    def _wide_kname(self) -> array:
+        """The `kname` column, made i64 if it was not."""
+        if self.kname.typecode == "I":
+            self.kname = array("q", self.kname)
+            log.info("kname: a value past u32: the column is i64 from now on")
+        return self.kname
+
+    def _rec(self, e: ext.Extent) -> int:
+        """The `rec` column's value for a file's only extent if it is a whole record from
+        file offset 0 that starts in its volume's first 4 GiB (offsets are 4 KiB aligned),
+        else 0."""
+        f, n, vol, off, skip, rlen = e
+        if f or skip or n != rlen or off & 4095 or off >> 12 > _REC_PAGE_MASK or rlen >= 1 << 32:
+            return 0
+        index = self.volume_index.get(vol)
+        if index is None:
+            if len(self.volumes) >= self.renumber_at:
+                self.renumber_volumes()
+            index = self.volume_index[vol] = len(self.volumes)
+            self.volumes.append(vol)
+        return index << _REC_PAGE_BITS | off >> 12
+
+    def set_volumes(self, volumes: array) -> None:
+        """The volume numbers `rec` indexes (a loaded image's)."""
+        if not volumes or volumes[0] or len(set(volumes)) != len(volumes):
+            raise ValueError("index 0 is not unused, or a volume has two indexes")
+        self.volumes = volumes
+        self.volume_index = {vol: i for i, vol in enumerate(volumes) if i}
+        self.renumber_at = max(VOLUME_INDEXES, 2 * len(volumes))
+
+    def renumber_volumes(self) -> None:
+        """Give the volumes whole records use indexes 1, 2, ... again, dropping the others:
+        one pass over the columns (~1 s at a million files), once per 4,095 volumes a
+        mount writes. If more than that many still hold records, `rec` widens, and the
+        next pass waits until there are twice as many indexes."""
+        rec, live = self.kname, self.of_type(_IFREG)
+        files = list(itertools.compress(range(len(live)), map(operator.and_, live, map(bool, rec))))
+        used = sorted({rec[ino] >> _REC_PAGE_BITS for ino in files})
+        new = {old: i for i, old in enumerate(used, 1)}
+        for ino in files:
+            r = rec[ino]
+            rec[ino] = new[r >> _REC_PAGE_BITS] << _REC_PAGE_BITS | r & _REC_PAGE_MASK
+        self.set_volumes(array("I", [0, *(self.volumes[old] for old in used)]))
+        log.info("volumes: %d hold whole records", len(used))
 
     def drop_lookups(self, pairs: Iterable[tuple[int, int]]) -> list[int]:
         """The kernel dropped these references (FORGET): the inodes left with none and no
@@ -403,9 +457,11 @@ class InodeTable:
             if e:
                 if len(e) == one:
                     only = unpack(e)
-                    rec[ino] = _rec(only)
-                    if rec[ino]:
-                        rlen[ino] = only[5]
+                    r = self._rec(only)
+                    if r:
+                        if r > _KNAME_TOP:
+                            rec = self._wide_kname()
+                        rec[ino], rlen[ino] = r, only[5]
                         continue
                 extents[ino] = e
             elif rdev:
@@ -419,7 +475,7 @@ class InodeTable:
         catalog gives them by parent, so each directory's are placed once, in their final
         form: growing them one name at a time would leave the arena a string of every size
         on the way."""
-        kid, kname, dirs = self.kid, self.kname, self.dirs
+        kid, dirs = self.kid, self.dirs
         add = self.names.adder()
         for parent, rows in itertools.groupby(dirents, operator.itemgetter(0)):
             _, name, ino = next(rows)
@@ -428,7 +484,8 @@ class InodeTable:
                 for n, i in [(name, ino), *more]:
                     self.set_child(parent, n, i)
             elif not more:
-                kid[parent], kname[parent] = ino, add(stored_name(name))
+                kid[parent] = ino
+                self.set_kname(parent, add(stored_name(name)))
             else:
                 self._set_entries(parent, [(name, ino), *more])
 
@@ -505,7 +562,7 @@ class InodeTable:
         r = self.kname[ino]
         if r:
             n = self.kid[ino]
-            return [(0, n, r >> _REC_OFFSET_BITS, (r & ((1 << _REC_OFFSET_BITS) - 1)) << 12, 0, n)]
+            return [(0, n, self.volumes[r >> _REC_PAGE_BITS], (r & _REC_PAGE_MASK) << 12, 0, n)]
         e = self.extents.get(ino)
         if isinstance(e, bytes):
             return list(_EXTENT.iter_unpack(e))
@@ -513,8 +570,8 @@ class InodeTable:
 
     def set_extents(self, ino: int, value: list[ext.Extent] | None) -> None:
         """A regular file's new extent map."""
-        r = _rec(value[0]) if value and len(value) == 1 else 0
-        self.kname[ino] = r
+        r = self._rec(value[0]) if value and len(value) == 1 else 0
+        self.set_kname(ino, r)
         if r:
             self.kid[ino] = value[0][5]  # type: ignore[index]
             self.extents.pop(ino, None)
@@ -696,7 +753,8 @@ class InodeTable:
             return
         k = self.kid[d]
         if not k:
-            self.kid[d], self.kname[d] = ino, self.names.put(stored_name(name))
+            self.kid[d] = ino
+            self.set_kname(d, self.names.put(stored_name(name)))
         elif k != SMALL and self.names.equals(self.kname[d], stored_name(name)):
             self.kid[d] = ino
         else:
@@ -712,7 +770,8 @@ class InodeTable:
             if len(big) <= 1:
                 del self.dirs[d]
                 for n, k in big.items():
-                    self.kid[d], self.kname[d] = k, self.names.put(stored_name(n))
+                    self.kid[d] = k
+                    self.set_kname(d, self.names.put(stored_name(n)))
             return
         k = self.kid[d]
         if k == SMALL:
@@ -729,11 +788,13 @@ class InodeTable:
         self._clear_single(d)
         if len(entries) == 1:
             (name, ino), = entries
-            self.kid[d], self.kname[d] = ino, self.names.put(stored_name(name))
+            self.kid[d] = ino
+            self.set_kname(d, self.names.put(stored_name(name)))
             return
         packed = pack_small(entries)
         if packed is not None:
-            self.kid[d], self.kname[d] = SMALL, self.names.put(packed)
+            self.kid[d] = SMALL
+            self.set_kname(d, self.names.put(packed))
         else:
             self.dirs[d] = PackedEntries(entries)
             self._dict_if_large(d)

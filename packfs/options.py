@@ -71,6 +71,9 @@ class Options:
             setattr(opts, name, cls._convert(name, field.type, value))
         if opts.disk_chunk_size > 64 << 20:
             raise OptionError("disk_chunk_size must be at most 64M")
+        if opts.volume_size > 4 << 30:
+            raise OptionError("volume_size must be at most 4G (the inode table addresses a small object's "
+                              "record by its 4 KiB page in a volume's first 4 GiB)")
         if opts.busy_poll_us < 0:
             raise OptionError("busy_poll_us must be 0 (off) or a positive number of microseconds")
         if not 0 <= opts.commit_interval < math.inf:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import shutil
 import stat
+from array import array
 
 import pytest
 from test_catalog import build, cat, checkpoint, dump  # noqa: F401 (cat is a fixture)
@@ -13,7 +14,7 @@ from test_recovery import (COMMITTED, Filesystem, lookup_path, make_committed, o
 from packfs import image
 from packfs.catalog import Catalog
 from packfs.dirents import PACKED_MAX, PackedEntries
-from packfs.inodes import Inode
+from packfs.inodes import VOLUME_INDEXES, Inode
 from packfs.namespace import ROOT, Namespace
 from packfs.recovery import load_namespace
 
@@ -267,17 +268,23 @@ def test_image_of_an_arena_with_much_free_space_is_compacted(tmp_path, cat):
         assert loaded.child(ROOT, b"%032x" % i) == (None if i % 2 == 0 else f.ino)
 
 
-def test_compacting_names_keeps_the_records_files_hold_in_the_same_column(tmp_path, cat):
+@pytest.mark.parametrize("wide", [False, True])
+def test_compacting_names_keeps_the_records_files_hold_in_the_same_column(tmp_path, cat, wide):
     """A file's whole record lives in `kname`, where a directory keeps its name's reference:
-    compacting the names arena must move the names and leave the records alone."""
+    compacting the names arena must move the names and leave the records alone, in the
+    u32 column or in the i64 one that more than 4,095 volume indexes make."""
     ns = Namespace.fresh(0, 0)
+    if wide:
+        ns.table.set_volumes(array("I", range(VOLUME_INDEXES)))  # as if every index were taken
     dirs = [ns.create(ROOT, b"d%03d" % i, stat.S_IFDIR | 0o755, 0, 0) for i in range(64)]
     files = []
+    vol = (1 << 31) if wide else 1
     for i, d in enumerate(dirs):
         f = ns.create(d.ino, b"%032x" % i, stat.S_IFREG | 0o644, 0, 0)
-        ns.map_extent(f, (0, 4096, 1, (i + 1) << 20, 0, 4096))
+        ns.map_extent(f, (0, 4096, vol + i, (i + 1) << 20, 0, 4096))
         f.size = 4096
         files.append(f)
+    assert ns.table.kname.typecode == ("q" if wide else "I") and not ns.table.extents
     for i in range(0, 64, 2):  # frees half the names: the image compacts the arena
         ns.release(ns.unlink(dirs[i].ino, b"%032x" % i))
     assert ns.table.names.wasted() > len(ns.table.names.data) // 8
@@ -285,10 +292,13 @@ def test_compacting_names_keeps_the_records_files_hold_in_the_same_column(tmp_pa
     table = image.take(str(tmp_path), cat.image_token, cat.stamp, True)
     assert table is not None
     loaded = load_namespace(cat, True, table).table
-    assert loaded.names.wasted() == 0
+    assert loaded.names.wasted() == 0 and loaded.kname.typecode == ns.table.kname.typecode
     for i in range(1, 64, 2):
         assert loaded.child(dirs[i].ino, b"%032x" % i) == files[i].ino
-        assert loaded.extent_list(files[i].ino) == [(0, 4096, 1, (i + 1) << 20, 0, 4096)]
+        assert loaded.extent_list(files[i].ino) == [(0, 4096, vol + i, (i + 1) << 20, 0, 4096)]
+    from_catalog = load_namespace(cat, True).table  # indexes only the volumes in use
+    assert from_catalog.kname.typecode == "I" and len(from_catalog.volumes) == 33
+    assert [from_catalog.extent_list(f.ino) for f in files[1::2]] == [loaded.extent_list(f.ino) for f in files[1::2]]
 
 
 @pytest.mark.parametrize("owners", [3, 70_000])

@@ -6,7 +6,7 @@ from array import array
 import pytest
 from test_catalog import build
 
-from packfs import records
+from packfs import inodes, records
 from packfs.inodes import OWNERS_NARROW, ROOT, Inode, InodeTable, pack_extents
 from packfs.offsettimes import FAR
 from packfs.namespace import Namespace
@@ -372,21 +372,55 @@ def test_loaded_entries_take_their_final_form_at_once():
             assert t.names.wasted() == 0
 
 
-def test_a_slot_is_42_bytes_and_a_byte_of_xcat():
-    """What `packfs stats` reports as the inode columns: 43 B per slot, free and headroom too;
-    47 and 51 B once `atime` and `ctime` hold whole times, 55 B once `xat` is i64 too;
-    and the far times beside the time columns."""
+def test_a_slot_is_38_bytes_and_a_byte_of_xcat():
+    """What `packfs stats` reports as the inode columns: 39 B per slot, free and headroom too;
+    43 and 47 B once `atime` and `ctime` hold whole times, 51 B once `xat` is i64 too, 55
+    once `kname` is; and the far times beside the time columns."""
     t = InodeTable()
     t.grow(5000)
-    assert len(t.mode) >= 5000 and t.column_bytes() == 43 * len(t.mode)
+    assert len(t.mode) >= 5000 and t.column_bytes() == 39 * len(t.mode)
     Inode(t, 7).set_times(10**18, 0, 10**18)  # both far from mtime
-    assert t.column_bytes() == 43 * len(t.mode) + 2 * 8
+    assert t.column_bytes() == 39 * len(t.mode) + 2 * 8
     t.atimes._go_whole()
-    assert t.column_bytes() == 47 * len(t.mode) + 8
+    assert t.column_bytes() == 43 * len(t.mode) + 8
     t.ctimes._go_whole()
-    assert t.column_bytes() == 51 * len(t.mode)
+    assert t.column_bytes() == 47 * len(t.mode)
     t._xat_for(1 << 32)
-    assert t.column_bytes() == 55 * len(t.mode)
+    assert t.column_bytes() == 51 * len(t.mode)
+    t.set_kname(9, 1 << 32)
+    assert t.column_bytes() == 55 * len(t.mode) and t.kname[9] == 1 << 32
+
+
+def test_whole_records_index_their_volumes_and_reuse_the_indexes_of_dead_ones(ns, monkeypatch):
+    """A whole record is `volume index << 20 | offset / 4 KiB` in the u32 `kname`. A
+    record that starts past its volume's first 4 GiB keeps its map in `extents`. When the
+    indexes run out, those of volumes no record uses are given back; if more volumes than
+    that hold records, the column becomes i64. Every record and name reads back."""
+    t = ns.table
+    d = ns.create(ROOT, b"d", DIR, 0, 0)
+    ns.create(d.ino, b"only", REG, 0, 0)
+    deep = ns.create(ROOT, b"deep", REG, 0, 0)
+    ns.map_extent(deep, (0, 4096, 3, 1 << 32, 0, 4096))
+    assert not t.rec[deep.ino] and deep.extent_list() == [(0, 4096, 3, 1 << 32, 0, 4096)]
+    monkeypatch.setattr(inodes, "VOLUME_INDEXES", 8)  # renumber after 7 volumes, not 4,095
+    t.renumber_at = 8
+    files = []
+    for vol in range(1, 21):  # one file a volume; all but the last three of these go
+        f = ns.create(ROOT, b"f%d" % vol, REG, 0, 0)
+        ns.map_extent(f, (0, 8192, (1 << 31) + vol, (vol - 1) << 12, 0, 8192))
+        files.append(f)
+        if vol <= 17:
+            ns.release(ns.unlink(ROOT, b"f%d" % vol))
+    assert len(t.volumes) < 8 and t.kname.typecode == "I"
+    assert [f.extent_list() for f in files[17:]] == [[(0, 8192, (1 << 31) + vol, (vol - 1) << 12, 0, 8192)]
+                                                      for vol in (18, 19, 20)]
+    many = [ns.create(ROOT, b"m%d" % vol, REG, 0, 0) for vol in range((1 << 32 >> 20) + 2)]
+    for vol, f in enumerate(many):
+        ns.map_extent(f, (0, 4096, vol + 100, 4096, 0, 4096))
+    assert t.kname.typecode == "q" and not t.extents.keys() - {deep.ino}
+    assert all(f.extent_list() == [(0, 4096, vol + 100, 4096, 0, 4096)] for vol, f in enumerate(many))
+    assert [f.extent_list()[0][2] for f in files[17:]] == [(1 << 31) + vol for vol in (18, 19, 20)]
+    assert [n for n, _ in d.children()] == [b"only"] and ns.lookup(d.ino, b"only")
 
 
 def test_a_directory_keeps_its_parent_where_a_file_keeps_its_size():
@@ -598,10 +632,10 @@ def test_the_lookup_column_widens_when_a_count_needs_it():
         t.put(ino, DIR, 0, 0, 1)
     a, b = Inode(t, 2), Inode(t, 3)
     a.lookups, b.lookups = 255, 7
-    assert t.lookups.typecode == "B" and t.column_bytes() == 43 * len(t.mode)
+    assert t.lookups.typecode == "B" and t.column_bytes() == 39 * len(t.mode)
     a.lookups += 1
     assert (a.lookups, b.lookups, t.lookups.typecode) == (256, 7, "H")
-    assert t.column_bytes() == 44 * len(t.mode)
+    assert t.column_bytes() == 40 * len(t.mode)
     b.lookups = 1 << 16
     assert (a.lookups, b.lookups, t.lookups.typecode) == (256, 1 << 16, "I")
     t.grow(len(t.mode) + 1)  # grows in its new width

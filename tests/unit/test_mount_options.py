@@ -17,3 +17,10 @@ def test_commit_interval_takes_seconds_and_zero_turns_it_off():
 def test_a_commit_interval_that_cannot_be_right_is_refused(bad):
     with pytest.raises(OptionError, match="commit_interval"):
         Options.parse(bad)
+
+
+def test_volume_size_is_at_most_4g():
+    """A small object's record is addressed by its page in its volume's first 4 GiB."""
+    assert Options.parse("volume_size=4G").volume_size == 4 << 30
+    with pytest.raises(OptionError, match="volume_size must be at most 4G"):
+        Options.parse("volume_size=5G")
