@@ -140,8 +140,15 @@ class CountedArena(Arena):
     has a reference (`xat`), and a Swift object is three inodes.
 
     The length is a LEB128 prefix: one byte up to 127 (Swift's compressed metadata,
-    ~50 B), and mostly taken from the padding up to the next grain.
+    ~50 B), and mostly taken from the padding up to the next grain. The first grain is
+    never a string's, so reference 1 names none: its holder may give it a meaning of its
+    own (the inode table's IN_CATALOG).
     """
+
+    def __init__(self, grain: int = 1) -> None:
+        super().__init__(grain)
+        self.data += _ZEROS[:grain]
+        self.used += grain
 
     def put(self, value: bytes) -> int:
         if not 0 < len(value) <= COUNTED_MAX_LEN:

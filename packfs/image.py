@@ -105,13 +105,14 @@ def _top(table: InodeTable) -> int:
 
 def _sections(table: InodeTable, slots: int) -> Iterator[bytes | memoryview]:
     """The payloads, one at a time (the largest is built only when its turn comes)."""
-    # `kname` names a string only for directories (a regular file's holds its record).
+    # `kname` names a string only for directories (a regular file's holds its record), and
+    # `xat` none where it is IN_CATALOG.
     names, kname = _compact(table.names, table.kname[:slots], lambda: table.of_type(stat.S_IFDIR, 0, slots))
-    xblobs, xat = _compact(table.xblobs, table.xat[:slots])
+    xat = table.xat[:slots]
+    xblobs, xat = _compact(table.xblobs, xat, lambda: bytes(map(inodes.IN_CATALOG.__lt__, xat)))
     columns = {"kname": kname, "xat": xat}
     for name in COLUMNS:
         yield memoryview(columns.get(name, getattr(table, name))).cast("B")[:slots * getattr(table, name).itemsize]
-    yield memoryview(table.xcat)[:slots]
     yield memoryview(names.data)
     packed = {d: e.dump() for d, e in table.dirs.items() if type(e) is PackedEntries}
     dicts = {d: e for d, e in table.dirs.items() if type(e) is dict}
@@ -191,7 +192,6 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
         setattr(table, name, column)
     for name in inodes.RUNTIME_COLUMNS:
         setattr(table, name, array(getattr(table, name).typecode, bytes(slots * getattr(table, name).itemsize)))
-    table.xcat = bytearray(r.section(slots))
     names = r.section()
     free, packed, table.dirs = r.unmarshal((dict, dict, dict))
     table.names = _arena(table.names, names, free)

@@ -58,12 +58,13 @@ _DECODED_MAX = 64  # inodes whose xattrs are kept decoded: a Swift GET reads the
 XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swift's: ~50 B)
 
 # Each column's array typecode. Inode numbers (kid, a parent) are below INO_MAX, so u32;
-# a mode fits u16. A slot is 42 B, and a byte of `xcat`. `kid` and `kname` hold a
-# directory's one entry, and a regular file's one whole record (as `rlen` and `rec`): no
-# inode needs both, so they share the columns. `owner` numbers a (uid, gid) pair in
-# `owners`: a disk's files have a handful of owners (Swift's: one). It is u16 until a
-# table has more than OWNERS_NARROW pairs, then u32. `xat` is a CountedArena reference:
-# u32 up to 32 GiB of xattr values, then i64.
+# a mode fits u16. A slot is 38 B. `kid` and `kname` hold a directory's one entry, and a
+# regular file's one whole record (as `rlen` and `rec`): no inode needs both, so they
+# share the columns; `kname` is u32 until a value needs more (see set_kname). `owner`
+# numbers a (uid, gid) pair in `owners`: a disk's files have a handful of owners
+# (Swift's: one). It is u16 until a table has more than OWNERS_NARROW pairs, then u32.
+# `xat` is a CountedArena reference, or IN_CATALOG: u32 up to 32 GiB of xattr values,
+# then i64.
 # `nlink` and `size` are narrower than their values may be (see NARROW_TOPS); `lookups`
 # is u8 until a count passes 255, then wider (see set_lookups).
 # `atime` and `ctime` hold distances from `mtime` where they fit (offsettimes.py).
@@ -79,6 +80,7 @@ COLUMNS = {"mode": "H", "owner": "H", "nlink": "B", "kid": "I",
 NARROW_TOPS = {"nlink": 0xFF, "size": 0xFFFFFFFF}
 _NLINK_TOP, _SIZE_TOP = NARROW_TOPS["nlink"], NARROW_TOPS["size"]
 _XAT_TOP = 0xFFFFFFFF  # `xat` holds CountedArena references: u32, i64 past this
+IN_CATALOG = 1  # `xat` of an inode whose xattrs only the catalog holds (no arena string has this reference)
 _KNAME_TOP = 0xFFFFFFFF  # `kname` is u32 until a record or a name reference needs more (see set_kname)
 RUNTIME_COLUMNS = ("lookups",)  # what only a running mount has: never saved
 OWNERS_NARROW = 1 << 16
@@ -121,15 +123,14 @@ class InodeTable:
         self.rdev: dict[int, int] = {}
         self.target: dict[int, bytes] = {}
         # Packed xattrs in an arena (`xat` is the reference, 0 for none): all of them while
-        # keep_xattrs, else only those the catalog does not hold yet. An inode with neither
-        # a reference nor `xcat` has none, whatever the catalog has.
+        # keep_xattrs, else only those the catalog does not hold yet (`xat` is IN_CATALOG
+        # for the others). An inode whose `xat` is 0 has none, whatever the catalog has.
         self.keep_xattrs = True
         # Told of every inode whose xattrs change or that goes, before anything can read it
         # again: the FUSE adapter keeps copies of some inodes' xattrs (fuseshim.cache_xattrs).
         self.xattrs_changed: Callable[[int], None] | None = None
         self.xat = array(COLUMNS["xat"])
         self.xblobs = CountedArena(XATTR_GRAIN)
-        self.xcat = bytearray()  # 1 where the catalog holds the inode's xattrs (and `xat` is 0)
         self.fetch_xattrs: Callable[[int], bytes | None] = lambda ino: None  # from the catalog
         self._fetched: dict[int, bytes | None] = {}  # the last few values fetched (a GET reads them ~5 times)
         self.xattr_epoch = 0  # counts xattr changes and freed slots (see keep_fetched)
@@ -214,14 +215,13 @@ class InodeTable:
         for name in COLUMNS:
             column = getattr(self, name)
             column.frombytes(bytes(column.itemsize * more))
-        self.xcat.extend(bytes(more))
 
     def column_bytes(self) -> int:
         """Bytes the columns hold (every slot, free and headroom too, and the far times
         beside the time columns): what `stats` shows."""
         return sum(getattr(self, name).itemsize * len(getattr(self, name))
                    for name in COLUMNS if name not in ("atime", "ctime")) + \
-            len(self.xcat) + self.atimes.nbytes() + self.ctimes.nbytes()
+            self.atimes.nbytes() + self.ctimes.nbytes()
 
     def get_narrow(self, name: str, ino: int) -> int:
         """A narrow column's value (see NARROW_TOPS)."""
@@ -382,7 +382,7 @@ class InodeTable:
         self.set_narrow("nlink", ino, 2 if stat.S_ISDIR(mode) else 1)
         self.set_narrow("size", ino, 0)
         self.set_times(ino, now, now, now)
-        self.xcat[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
+        self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
         self.live += 1
 
     def load(self, row: InodeRow) -> None:
@@ -417,7 +417,7 @@ class InodeTable:
         mode, nlink, owner, owner_of = self.mode, self.nlink, self.owner, self.owner_of
         size, mtime = self.size, self.mtime
         atimes, ctimes, atime, ctime = self.atimes, self.ctimes, self.atime, self.ctime
-        rdevs, targets, extents, xcat, rec, rlen = self.rdev, self.target, self.extents, self.xcat, self.rec, self.rlen
+        rdevs, targets, extents, rec, rlen = self.rdev, self.target, self.extents, self.rec, self.rlen
         xat, add = self.xat, (self.xblobs.adder() if self.keep_xattrs else None)
         one, unpack = _EXTENT.size, _EXTENT.unpack
         n = 0
@@ -448,7 +448,7 @@ class InodeTable:
             owner[ino] = number
             if x:
                 if add is None:
-                    xcat[ino] = 1
+                    xat[ino] = IN_CATALOG
                 else:
                     ref = add(x)
                     if ref > _XAT_TOP:
@@ -535,8 +535,8 @@ class InodeTable:
             return
         if self.mode[ino] & _IFMT == _IFDIR:
             self._clear_entries(ino)
-        self.xblobs.release(self.xat[ino])
-        self.mode[ino] = self.xcat[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
+        self._release_xattrs(self.xat[ino])
+        self.mode[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
         self.xattr_epoch += 1
         self.lookups[ino] = 0
         for sparse in (self.rdev, self.target, self._fetched, self.extents, self.opens, self.wbuf):
@@ -590,9 +590,9 @@ class InodeTable:
         """An inode's xattrs, packed: from memory if changed since the last checkpoint, else
         from the catalog (through its own read connection: WAL readers never wait)."""
         ref = self.xat[ino]
-        if ref:
+        if ref > IN_CATALOG:
             return self.xblobs.get(ref)
-        if not self.xcat[ino]:
+        if not ref:
             return None
         x = self._fetched.get(ino)
         if x is None:
@@ -602,13 +602,13 @@ class InodeTable:
 
     def xattrs_to_fetch(self, ino: int) -> bool:
         """Whether reading ino's xattrs would read the catalog (see keep_fetched)."""
-        return self.exists(ino) and not self.xat[ino] and self.xcat[ino] == 1 and ino not in self._fetched
+        return self.exists(ino) and self.xat[ino] == IN_CATALOG and ino not in self._fetched
 
     def keep_fetched(self, ino: int, x: bytes | None, epoch: int) -> None:
         """Keep ino's xattrs, read from the catalog off the event loop while `xattr_epoch`
         was epoch. Dropped if any xattrs changed or any slot was freed since: the read may
         have given an older value, or a freed inode's."""
-        if epoch == self.xattr_epoch and self.xcat[ino]:
+        if epoch == self.xattr_epoch and self.xat[ino] == IN_CATALOG:
             self._remember(ino, x)
 
     def _remember(self, ino: int, x: bytes | None) -> None:
@@ -638,17 +638,20 @@ class InodeTable:
             self.xat = array("q", self.xat)
         return self.xat
 
+    def _release_xattrs(self, ref: int) -> None:
+        if ref > IN_CATALOG:
+            self.xblobs.release(ref)
+
     def xattrs_in_memory(self) -> int:
         """How many inodes have their xattr values in memory."""
-        return len(self.xat) - self.xat.count(0)
+        return len(self.xat) - self.xat.count(0) - self.xat.count(IN_CATALOG)
 
     def set_xattrs(self, ino: int, packed: bytes | None) -> None:
         """An inode's new xattrs, held in memory (until a checkpoint writes them, unless keep_xattrs)."""
         old = self.xat[ino]
         ref = self.xblobs.put(packed) if packed else 0
-        self._xat_for(ref)[ino] = ref
-        self.xblobs.release(old)
-        self.xcat[ino] = 0  # (no value hides whatever the catalog holds)
+        self._xat_for(ref)[ino] = ref  # (0, no value, hides whatever the catalog holds)
+        self._release_xattrs(old)
         self._fetched.pop(ino, None)
         self.xattr_epoch += 1
         if self.xattrs_changed is not None:
@@ -681,7 +684,7 @@ class InodeTable:
                 continue
             set_in.pop(ino, None)
             ref = xat[ino]
-            if ref:
+            if ref > IN_CATALOG:
                 x = blobs.get(ref)
                 packed = compressed(x)
                 if packed is not x:
@@ -703,13 +706,13 @@ class InodeTable:
         they were taken (the same bytes), to read them from the catalog from now on."""
         if self.keep_xattrs:
             return
-        xat, xcat, blobs = self.xat, self.xcat, self.xblobs
+        xat, blobs = self.xat, self.xblobs
         for row in rows:
             ino, x = row[0], row[11]
             ref = xat[ino]
-            if ref and x is not None and blobs.equals(ref, x):
+            if ref > IN_CATALOG and x is not None and blobs.equals(ref, x):
                 blobs.release(ref)
-                xat[ino], xcat[ino] = 0, 1
+                xat[ino] = IN_CATALOG
 
     @staticmethod
     def _set_sparse(d: dict, ino: int, value: Any) -> None:

@@ -14,7 +14,7 @@ from test_recovery import (COMMITTED, Filesystem, lookup_path, make_committed, o
 from packfs import image
 from packfs.catalog import Catalog
 from packfs.dirents import PACKED_MAX, PackedEntries
-from packfs.inodes import VOLUME_INDEXES, Inode
+from packfs.inodes import IN_CATALOG, VOLUME_INDEXES, Inode
 from packfs.namespace import ROOT, Namespace
 from packfs.recovery import load_namespace
 
@@ -50,7 +50,9 @@ def test_image_loads_what_the_catalog_loads(tmp_path, cat, in_memory):
     assert len(from_image) == len(ns) and from_image.next_ino == ns.next_ino
     assert from_image.refs == from_catalog.refs != {}
     assert from_image.table.xattrs_in_memory() == from_catalog.table.xattrs_in_memory()
-    assert from_image.table.xcat == from_catalog.table.xcat[:len(from_image.table.xcat)]
+    in_catalog = [ref == IN_CATALOG for ref in from_catalog.table.xat]
+    assert [ref == IN_CATALOG for ref in from_image.table.xat] == in_catalog[:len(from_image.table.xat)]
+    assert any(in_catalog) != in_memory
     # Both reuse the same free numbers, in the same order.
     for n in range(5):
         a = from_image.create(ROOT, b"new%d" % n, stat.S_IFREG | 0o600, 0, 0)
@@ -266,6 +268,29 @@ def test_image_of_an_arena_with_much_free_space_is_compacted(tmp_path, cat):
     for i, f in enumerate(files):
         assert loaded.packed_xattrs(f.ino) == (None if i % 2 == 0 else ns.table.packed_xattrs(f.ino))
         assert loaded.child(ROOT, b"%032x" % i) == (None if i % 2 == 0 else f.ino)
+
+
+def test_compacting_xattrs_leaves_the_inodes_whose_values_only_the_catalog_holds(tmp_path, cat):
+    """Without xattrs_in_memory a checkpoint frees the values the catalog now holds (their
+    `xat` becomes IN_CATALOG, which names no arena string): the image compacts the arena
+    around them, and every value reads back, from the arena or from the catalog."""
+    ns = Namespace.fresh(0, 0)
+    ns.table.keep_xattrs = False
+    files = [ns.create(ROOT, b"%032x" % i, stat.S_IFREG | 0o600, 0, 0) for i in range(200)]
+    for f in files:
+        ns.setxattr(f.ino, b"user.a", b"%040x" % f.ino)
+    checkpoint(cat, ns)
+    t = ns.table
+    t.fetch_xattrs = cat.xattrs_of
+    t.checkpointed([t.row(f.ino) for f in files[10:]])  # as the journal does after a checkpoint
+    assert t.xattrs_in_memory() == 10 and t.xblobs.wasted() > len(t.xblobs.data) // 2
+    saved(tmp_path, cat, ns)
+    table = image.take(str(tmp_path), cat.image_token, cat.stamp, False)
+    assert table is not None
+    loaded = load_namespace(cat, False, table).table
+    assert loaded.xattrs_in_memory() == 10 and loaded.xblobs.wasted() == 0
+    assert [loaded.xat[f.ino] == IN_CATALOG for f in files] == [False] * 10 + [True] * 190
+    assert [loaded.plain_xattrs(f.ino) for f in files] == [t.plain_xattrs(f.ino) for f in files]
 
 
 @pytest.mark.parametrize("wide", [False, True])

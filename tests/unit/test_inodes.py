@@ -7,7 +7,7 @@ import pytest
 from test_catalog import build
 
 from packfs import inodes, records
-from packfs.inodes import OWNERS_NARROW, ROOT, Inode, InodeTable, pack_extents
+from packfs.inodes import IN_CATALOG, OWNERS_NARROW, ROOT, Inode, InodeTable, pack_extents
 from packfs.offsettimes import FAR
 from packfs.namespace import Namespace
 from packfs.xattrblob import pack_xattrs, plain
@@ -44,7 +44,7 @@ def test_rows_load_and_come_back_unchanged():
 
 def in_memory(t: InodeTable) -> dict[int, bytes]:
     """The packed xattrs a table holds in memory, by inode."""
-    return {ino: t.xblobs.get(ref) for ino, ref in enumerate(t.xat) if ref}
+    return {ino: t.xblobs.get(ref) for ino, ref in enumerate(t.xat) if ref > IN_CATALOG}
 
 
 def catalog_form(row: tuple) -> tuple:
@@ -65,7 +65,8 @@ def test_bulk_load_matches_row_by_row_load(keep_xattrs):
     else:
         bulk.load_all(map(catalog_form, sample_rows()), 8)
         bulk.fetch_xattrs = in_catalog.__getitem__
-        assert in_memory(bulk) == {}
+        assert in_memory(bulk) == {} and bulk.xattrs_in_memory() == 0
+        assert {ino for ino, ref in enumerate(bulk.xat) if ref == IN_CATALOG} == {i for i, x in in_catalog.items() if x}
     bulk.load_entries([(ROOT, b"f", 2), (ROOT, b"l", 3), (6, b"only", 7)])
     for r in sample_rows():
         assert bulk.row(r[0]) == one.row(r[0])
@@ -372,23 +373,23 @@ def test_loaded_entries_take_their_final_form_at_once():
             assert t.names.wasted() == 0
 
 
-def test_a_slot_is_38_bytes_and_a_byte_of_xcat():
-    """What `packfs stats` reports as the inode columns: 39 B per slot, free and headroom too;
-    43 and 47 B once `atime` and `ctime` hold whole times, 51 B once `xat` is i64 too, 55
+def test_a_slot_is_38_bytes():
+    """What `packfs stats` reports as the inode columns: 38 B per slot, free and headroom too;
+    42 and 46 B once `atime` and `ctime` hold whole times, 51 B once `xat` is i64 too, 55
     once `kname` is; and the far times beside the time columns."""
     t = InodeTable()
     t.grow(5000)
-    assert len(t.mode) >= 5000 and t.column_bytes() == 39 * len(t.mode)
+    assert len(t.mode) >= 5000 and t.column_bytes() == 38 * len(t.mode)
     Inode(t, 7).set_times(10**18, 0, 10**18)  # both far from mtime
-    assert t.column_bytes() == 39 * len(t.mode) + 2 * 8
+    assert t.column_bytes() == 38 * len(t.mode) + 2 * 8
     t.atimes._go_whole()
-    assert t.column_bytes() == 43 * len(t.mode) + 8
+    assert t.column_bytes() == 42 * len(t.mode) + 8
     t.ctimes._go_whole()
-    assert t.column_bytes() == 47 * len(t.mode)
+    assert t.column_bytes() == 46 * len(t.mode)
     t._xat_for(1 << 32)
-    assert t.column_bytes() == 51 * len(t.mode)
+    assert t.column_bytes() == 50 * len(t.mode)
     t.set_kname(9, 1 << 32)
-    assert t.column_bytes() == 55 * len(t.mode) and t.kname[9] == 1 << 32
+    assert t.column_bytes() == 54 * len(t.mode) and t.kname[9] == 1 << 32
 
 
 def test_whole_records_index_their_volumes_and_reuse_the_indexes_of_dead_ones(ns, monkeypatch):
@@ -569,7 +570,7 @@ def test_a_time_column_with_many_far_times_holds_whole_times(how, which, touched
 def test_xattr_references_past_u32_make_the_column_i64(monkeypatch, how):
     """`xat` is u32 (references in 8 B grains: 32 GiB of values); a reference past that,
     from any of the three places that store one, makes it i64 and keeps every value."""
-    monkeypatch.setattr("packfs.inodes._XAT_TOP", 1)  # the second blob's reference is past it
+    monkeypatch.setattr("packfs.inodes._XAT_TOP", 2)  # the second blob's reference is past it
     swift = pack_xattrs({b"user.swift.metadata": b"{'ETag': 'x', 'Content-Length': '4096'}" * 8}, compress=False)
     t = InodeTable()
     if how == "load_all":
@@ -632,10 +633,10 @@ def test_the_lookup_column_widens_when_a_count_needs_it():
         t.put(ino, DIR, 0, 0, 1)
     a, b = Inode(t, 2), Inode(t, 3)
     a.lookups, b.lookups = 255, 7
-    assert t.lookups.typecode == "B" and t.column_bytes() == 39 * len(t.mode)
+    assert t.lookups.typecode == "B" and t.column_bytes() == 38 * len(t.mode)
     a.lookups += 1
     assert (a.lookups, b.lookups, t.lookups.typecode) == (256, 7, "H")
-    assert t.column_bytes() == 40 * len(t.mode)
+    assert t.column_bytes() == 39 * len(t.mode)
     b.lookups = 1 << 16
     assert (a.lookups, b.lookups, t.lookups.typecode) == (256, 1 << 16, "I")
     t.grow(len(t.mode) + 1)  # grows in its new width
