@@ -55,7 +55,7 @@ def unpack_extents(blob: bytes | None) -> list | None:
 
 _FETCHED_MAX = 256
 _DECODED_MAX = 64  # inodes whose xattrs are kept decoded: a Swift GET reads them ~5 times
-XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swift's: ~50 B)
+XATTR_GRAIN = 2  # xattr blobs take arena space in steps of this many bytes (Swift's: ~55 B)
 
 # Each column's array typecode. Inode numbers (kid, a parent) are below INO_MAX, so u32;
 # a mode fits u16. A slot is 38 B. `kid` and `kname` hold a directory's one entry, and a
@@ -63,7 +63,7 @@ XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swi
 # share the columns; `kname` is u32 until a value needs more (see set_kname). `owner`
 # numbers a (uid, gid) pair in `owners`: a disk's files have a handful of owners
 # (Swift's: one). It is u16 until a table has more than OWNERS_NARROW pairs, then u32.
-# `xat` is a CountedArena reference, or IN_CATALOG: u32 up to 32 GiB of xattr values,
+# `xat` is a CountedArena reference, or IN_CATALOG: u32 up to 8 GiB of xattr values,
 # then i64.
 # `nlink` and `size` are narrower than their values may be (see NARROW_TOPS); `lookups`
 # is u8 until a count passes 255, then wider (see set_lookups).
@@ -633,7 +633,7 @@ class InodeTable:
 
     def _xat_for(self, ref: int) -> array:
         """The `xat` column to store ref in: made i64 first if ref does not fit its u32
-        (past 32 GiB of xattr values in memory)."""
+        (past 8 GiB of xattr values in memory)."""
         if ref > _XAT_TOP and self.xat.typecode == "I":
             self.xat = array("q", self.xat)
         return self.xat
