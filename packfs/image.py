@@ -49,10 +49,10 @@ _KEEP_XATTRS = 1  # flag: every xattr value is in the image (xattrs_in_memory)
 _MARSHAL_VERSION = 4
 # The saved columns, in file order; the lookup counts belong to a running mount only.
 COLUMNS = tuple(c for c in inodes.COLUMNS if c not in inodes.RUNTIME_COLUMNS)
-# Columns a table may have made wider, and to what: owners past OWNERS_NARROW; whole times
-# (see offsettimes.py); records and name references past u32; xattr references past 32
-# GiB of values.
-_WIDER = {"owner": "I", "atime": "q", "ctime": "q", "kname": "q", "xat": "q"}
+# Columns a table may have made wider, and to what: owners past 256 pairs, then past
+# OWNERS_NARROW; whole times (see offsettimes.py); records and name references past u32;
+# xattr references past 8 GiB of values.
+_WIDER = {"owner": "HI", "atime": "q", "ctime": "q", "kname": "q", "xat": "q"}
 
 
 # The catalog's checkpoint position and next_ino when the image was taken: a catalog
@@ -184,8 +184,9 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
         wider = _WIDER.get(name)
         if wider:  # the length tells which
             payload = r.section()
-            if len(payload) == slots * array(wider).itemsize:
-                column = array(wider)
+            for typecode in wider:
+                if len(payload) == slots * array(typecode).itemsize:
+                    column = array(typecode)
             column.frombytes(r.section_payload(payload, slots * column.itemsize))
         else:
             column.frombytes(r.section(slots * column.itemsize))

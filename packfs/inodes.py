@@ -58,11 +58,12 @@ _DECODED_MAX = 64  # inodes whose xattrs are kept decoded: a Swift GET reads the
 XATTR_GRAIN = 2  # xattr blobs take arena space in steps of this many bytes (Swift's: ~55 B)
 
 # Each column's array typecode. Inode numbers (kid, a parent) are below INO_MAX, so u32;
-# a mode fits u16. A slot is 38 B. `kid` and `kname` hold a directory's one entry, and a
+# a mode fits u16. A slot is 37 B. `kid` and `kname` hold a directory's one entry, and a
 # regular file's one whole record (as `rlen` and `rec`): no inode needs both, so they
 # share the columns; `kname` is u32 until a value needs more (see set_kname). `owner`
 # numbers a (uid, gid) pair in `owners`: a disk's files have a handful of owners
-# (Swift's: one). It is u16 until a table has more than OWNERS_NARROW pairs, then u32.
+# (Swift's: one). It is u8 until a table has more than 256 pairs, then u16, then u32
+# past OWNERS_NARROW pairs.
 # `xat` is a CountedArena reference, or IN_CATALOG: u32 up to 8 GiB of xattr values,
 # then i64.
 # `nlink` and `size` are narrower than their values may be (see NARROW_TOPS); `lookups`
@@ -70,7 +71,7 @@ XATTR_GRAIN = 2  # xattr blobs take arena space in steps of this many bytes (Swi
 # `atime` and `ctime` hold distances from `mtime` where they fit (offsettimes.py).
 # `size` holds a directory's parent (as `parent`): a directory's size is 0, and only a
 # directory keeps its parent (for ..), so no inode needs both.
-COLUMNS = {"mode": "H", "owner": "H", "nlink": "B", "kid": "I",
+COLUMNS = {"mode": "H", "owner": "B", "nlink": "B", "kid": "I",
            "lookups": "B", "size": "I", "atime": "I", "mtime": "q", "ctime": "I", "kname": "I",
            "xat": "I"}
 # A value at or past its narrow column's top is kept in the table's `wide_<column>` dict,
@@ -192,8 +193,9 @@ class InodeTable:
         if n is None:
             n = self._owner_numbers[uid, gid] = len(self.owners)
             self.owners.append((uid, gid))
-            if n >= OWNERS_NARROW and self.owner.typecode == "H":
-                self.owner = array("I", self.owner)
+            wide = "B" if n < 256 else "H" if n < OWNERS_NARROW else "I"
+            if self.owner.typecode != wide:
+                self.owner = array(wide, self.owner)
         return n
 
     def set_owners(self, owners: list[tuple[int, int]]) -> None:

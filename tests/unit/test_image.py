@@ -326,9 +326,9 @@ def test_compacting_names_keeps_the_records_files_hold_in_the_same_column(tmp_pa
     assert [from_catalog.extent_list(f.ino) for f in files[1::2]] == [loaded.extent_list(f.ino) for f in files[1::2]]
 
 
-@pytest.mark.parametrize("owners", [3, 70_000])
+@pytest.mark.parametrize("owners", [3, 300, 70_000])
 def test_owners_come_back_from_the_image(tmp_path, cat, owners):
-    """The owner column is u16, or u32 once a table has more than 65,536 (uid, gid) pairs."""
+    """The owner column is u8, u16 once a table has more than 256 (uid, gid) pairs, u32 past 65,536."""
     ns = Namespace.fresh(0, 0)
     for uid in range(owners):
         ns.table.owner_of(uid, uid + 1)
@@ -338,7 +338,7 @@ def test_owners_come_back_from_the_image(tmp_path, cat, owners):
     table = image.take(str(tmp_path), cat.image_token, cat.stamp, True)
     assert table is not None
     loaded = load_namespace(cat, True, table).table
-    assert loaded.owner.typecode == ("H" if owners <= 1 << 16 else "I")
+    assert loaded.owner.typecode == ("B" if owners <= 256 else "H" if owners <= 1 << 16 else "I")
     for f, uid in zip(files, (0, 1, owners - 1)):
         assert loaded.stat(f.ino)[2:4] == (uid, uid + 1)
 

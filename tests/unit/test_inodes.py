@@ -335,20 +335,25 @@ def test_a_number_reused_for_another_type_starts_clean(ns):
     assert sorted([*t.record_lengths(), *t.mapped_record_lengths()]) == [4096]  # d's record; g is a directory now
 
 
-def test_owners_are_numbered_pairs_and_the_column_widens_past_u16(ns):
+def test_owners_are_numbered_pairs_and_the_column_widens_past_u8_and_u16(ns):
     t = ns.table
     f = ns.create(ROOT, b"f", REG, 1000, 1001)
     g = ns.create(ROOT, b"g", REG, 1000, 1001)
     assert (f.uid, f.gid) == (1000, 1001) and t.owner[f.ino] == t.owner[g.ino]
     f.gid = 7
     assert (f.uid, f.gid, g.gid) == (1000, 7, 1001) and t.stat(f.ino)[2:4] == (1000, 7)
-    assert t.owner.typecode == "H"
+    assert t.owner.typecode == "B"
+    for uid in range(300):
+        t.owner_of(uid, 98)
+    assert t.owner.typecode == "H" and len(t.owner) == len(t.mode)
+    e = ns.create(ROOT, b"e", REG, 299, 98)
+    assert t.owner[e.ino] > 255 and (e.uid, e.gid, f.gid, g.uid) == (299, 98, 7, 1000)
     for uid in range(OWNERS_NARROW):
         t.owner_of(uid, 99)
     assert t.owner.typecode == "I" and len(t.owner) == len(t.mode)
     h = ns.create(ROOT, b"h", REG, OWNERS_NARROW - 1, 99)
     assert t.owner[h.ino] >= OWNERS_NARROW and (h.uid, h.gid, f.gid) == (OWNERS_NARROW - 1, 99, 7)
-    assert t.row(h.ino)[2:4] == (OWNERS_NARROW - 1, 99)
+    assert t.row(h.ino)[2:4] == (OWNERS_NARROW - 1, 99) and (e.uid, e.gid) == (299, 98)
 
 
 def test_loaded_entries_take_their_final_form_at_once():
@@ -373,23 +378,23 @@ def test_loaded_entries_take_their_final_form_at_once():
             assert t.names.wasted() == 0
 
 
-def test_a_slot_is_38_bytes():
-    """What `packfs stats` reports as the inode columns: 38 B per slot, free and headroom too;
-    42 and 46 B once `atime` and `ctime` hold whole times, 51 B once `xat` is i64 too, 55
+def test_a_slot_is_37_bytes():
+    """What `packfs stats` reports as the inode columns: 37 B per slot, free and headroom too;
+    41 and 45 B once `atime` and `ctime` hold whole times, 49 B once `xat` is i64 too, 53
     once `kname` is; and the far times beside the time columns."""
     t = InodeTable()
     t.grow(5000)
-    assert len(t.mode) >= 5000 and t.column_bytes() == 38 * len(t.mode)
+    assert len(t.mode) >= 5000 and t.column_bytes() == 37 * len(t.mode)
     Inode(t, 7).set_times(10**18, 0, 10**18)  # both far from mtime
-    assert t.column_bytes() == 38 * len(t.mode) + 2 * 8
+    assert t.column_bytes() == 37 * len(t.mode) + 2 * 8
     t.atimes._go_whole()
-    assert t.column_bytes() == 42 * len(t.mode) + 8
+    assert t.column_bytes() == 41 * len(t.mode) + 8
     t.ctimes._go_whole()
-    assert t.column_bytes() == 46 * len(t.mode)
+    assert t.column_bytes() == 45 * len(t.mode)
     t._xat_for(1 << 32)
-    assert t.column_bytes() == 50 * len(t.mode)
+    assert t.column_bytes() == 49 * len(t.mode)
     t.set_kname(9, 1 << 32)
-    assert t.column_bytes() == 54 * len(t.mode) and t.kname[9] == 1 << 32
+    assert t.column_bytes() == 53 * len(t.mode) and t.kname[9] == 1 << 32
 
 
 def test_whole_records_index_their_volumes_and_reuse_the_indexes_of_dead_ones(ns, monkeypatch):
@@ -633,10 +638,10 @@ def test_the_lookup_column_widens_when_a_count_needs_it():
         t.put(ino, DIR, 0, 0, 1)
     a, b = Inode(t, 2), Inode(t, 3)
     a.lookups, b.lookups = 255, 7
-    assert t.lookups.typecode == "B" and t.column_bytes() == 38 * len(t.mode)
+    assert t.lookups.typecode == "B" and t.column_bytes() == 37 * len(t.mode)
     a.lookups += 1
     assert (a.lookups, b.lookups, t.lookups.typecode) == (256, 7, "H")
-    assert t.column_bytes() == 39 * len(t.mode)
+    assert t.column_bytes() == 38 * len(t.mode)
     b.lookups = 1 << 16
     assert (a.lookups, b.lookups, t.lookups.typecode) == (256, 1 << 16, "I")
     t.grow(len(t.mode) + 1)  # grows in its new width
