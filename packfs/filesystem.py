@@ -312,7 +312,7 @@ class Filesystem:
         t = self.ns.table
         dirs = files = size = live_bytes = 0
         held: list[int] = []
-        for start in range(0, len(t.mode), STATS_PART):
+        for start in range(0, len(t.kind), STATS_PART):
             d, f, n = t.usage(start, start + STATS_PART)
             dirs, files, size = dirs + d, files + f, size + n
             live_bytes += sum(map(records.footprint, t.record_lengths(start, start + STATS_PART)))

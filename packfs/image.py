@@ -49,10 +49,10 @@ _KEEP_XATTRS = 1  # flag: every xattr value is in the image (xattrs_in_memory)
 _MARSHAL_VERSION = 4
 # The saved columns, in file order; the lookup counts belong to a running mount only.
 COLUMNS = tuple(c for c in inodes.COLUMNS if c not in inodes.RUNTIME_COLUMNS)
-# Columns a table may have made wider, and to what: owners past 256 pairs, then past
-# OWNERS_NARROW; whole times (see offsettimes.py); records and name references past u32;
+# Columns a table may have made wider, and to what: kinds past 256, then past
+# KINDS_NARROW; whole times (see offsettimes.py); records and name references past u32;
 # xattr references past 8 GiB of values.
-_WIDER = {"owner": "HI", "atime": "q", "ctime": "q", "kname": "q", "xat": "q"}
+_WIDER = {"kind": "HI", "atime": "q", "ctime": "q", "kname": "q", "xat": "q"}
 
 
 # The catalog's checkpoint position and next_ino when the image was taken: a catalog
@@ -99,8 +99,8 @@ def save(packdir: str, table: InodeTable, token: int, stamp: Stamp) -> int:
 
 def _top(table: InodeTable) -> int:
     """One past the highest inode number in use: the slots worth saving."""
-    used = len(table.mode.tobytes().rstrip(b"\0"))
-    return max(inodes.ROOT + 1, -(-used // table.mode.itemsize))
+    used = len(table.kind.tobytes().rstrip(b"\0"))
+    return max(inodes.ROOT + 1, -(-used // table.kind.itemsize))
 
 
 def _sections(table: InodeTable, slots: int) -> Iterator[bytes | memoryview]:
@@ -118,7 +118,7 @@ def _sections(table: InodeTable, slots: int) -> Iterator[bytes | memoryview]:
     dicts = {d: e for d, e in table.dirs.items() if type(e) is dict}
     yield marshal.dumps((names.free_lists(), packed, dicts), _MARSHAL_VERSION)
     far = [a.tobytes() for times in (table.atimes, table.ctimes) for a in (times.far, times.spare)]
-    yield marshal.dumps((table.rdev, table.target, table.extents, table.owners, table.wide_nlink, table.wide_size,
+    yield marshal.dumps((table.rdev, table.target, table.extents, table.kinds, table.wide_nlink, table.wide_size,
                          table.volumes.tobytes(), *far), _MARSHAL_VERSION)
     yield memoryview(xblobs.data)
     yield marshal.dumps(xblobs.free_lists(), _MARSHAL_VERSION)
@@ -200,7 +200,7 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
         table.dirs.update((d, PackedEntries.restore(e)) for d, e in packed.items())
     except (ValueError, TypeError) as e:
         raise ImageError(f"its directory entries do not decode: {e}") from None
-    table.rdev, table.target, table.extents, owners, table.wide_nlink, table.wide_size, volumes, *far = \
+    table.rdev, table.target, table.extents, kinds, table.wide_nlink, table.wide_size, volumes, *far = \
         r.unmarshal((dict, dict, dict, list, dict, dict, bytes, bytes, bytes, bytes, bytes))
     try:
         table.set_volumes(array("I", volumes))
@@ -212,12 +212,12 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
     except ValueError as e:
         raise ImageError(f"its far times do not decode: {e}") from None
     try:
-        table.set_owners(owners)
+        table.set_kinds(kinds)
     except (ValueError, TypeError) as e:
-        raise ImageError(f"its owners do not decode: {e}") from None
+        raise ImageError(f"its kinds do not decode: {e}") from None
     blobs = r.section()
     table.xblobs = _arena(table.xblobs, blobs, *r.unmarshal((dict,)))
-    if live != slots - table.mode.count(0):
+    if live != slots - table.kind.count(0):
         raise ImageError("its columns do not agree with its header")
     if r.pos != len(r.view):
         raise ImageError("it has data after its last section")

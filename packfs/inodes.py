@@ -57,13 +57,14 @@ _FETCHED_MAX = 256
 _DECODED_MAX = 64  # inodes whose xattrs are kept decoded: a Swift GET reads them ~5 times
 XATTR_GRAIN = 2  # xattr blobs take arena space in steps of this many bytes (Swift's: ~55 B)
 
-# Each column's array typecode. Inode numbers (kid, a parent) are below INO_MAX, so u32;
-# a mode fits u16. A slot is 37 B. `kid` and `kname` hold a directory's one entry, and a
+# Each column's array typecode. Inode numbers (kid, a parent) are below INO_MAX, so u32.
+# A slot is 35 B. `kid` and `kname` hold a directory's one entry, and a
 # regular file's one whole record (as `rlen` and `rec`): no inode needs both, so they
-# share the columns; `kname` is u32 until a value needs more (see set_kname). `owner`
-# numbers a (uid, gid) pair in `owners`: a disk's files have a handful of owners
-# (Swift's: one). It is u8 until a table has more than 256 pairs, then u16, then u32
-# past OWNERS_NARROW pairs.
+# share the columns; `kname` is u32 until a value needs more (see set_kname). `kind`
+# numbers a (mode, uid, gid) triple in `kinds`: a disk's inodes have a handful (Swift's:
+# its directories, its files and its temporary files, of one owner); kind 0 is a free
+# slot. It is u8 until a table has more than 256 kinds, then u16, then u32 past
+# KINDS_NARROW kinds.
 # `xat` is a CountedArena reference, or IN_CATALOG: u32 up to 8 GiB of xattr values,
 # then i64.
 # `nlink` and `size` are narrower than their values may be (see NARROW_TOPS); `lookups`
@@ -71,7 +72,7 @@ XATTR_GRAIN = 2  # xattr blobs take arena space in steps of this many bytes (Swi
 # `atime` and `ctime` hold distances from `mtime` where they fit (offsettimes.py).
 # `size` holds a directory's parent (as `parent`): a directory's size is 0, and only a
 # directory keeps its parent (for ..), so no inode needs both.
-COLUMNS = {"mode": "H", "owner": "B", "nlink": "B", "kid": "I",
+COLUMNS = {"kind": "B", "nlink": "B", "kid": "I",
            "lookups": "B", "size": "I", "atime": "I", "mtime": "q", "ctime": "I", "kname": "I",
            "xat": "I"}
 # A value at or past its narrow column's top is kept in the table's `wide_<column>` dict,
@@ -84,7 +85,7 @@ _XAT_TOP = 0xFFFFFFFF  # `xat` holds CountedArena references: u32, i64 past this
 IN_CATALOG = 1  # `xat` of an inode whose xattrs only the catalog holds (no arena string has this reference)
 _KNAME_TOP = 0xFFFFFFFF  # `kname` is u32 until a record or a name reference needs more (see set_kname)
 RUNTIME_COLUMNS = ("lookups",)  # what only a running mount has: never saved
-OWNERS_NARROW = 1 << 16
+KINDS_NARROW = 1 << 16
 INO_MAX = (1 << 32) - 1  # inode numbers stay below this (numbers are reused, so it bounds live inodes)
 SMALL = INO_MAX  # `kid` of a directory whose entries are one string in the names arena
 _IFMT = 0o170000  # the file type bits of a mode
@@ -108,10 +109,10 @@ class InodeTable:
     """
 
     def __init__(self) -> None:
-        self.mode = array(COLUMNS["mode"])
-        self.owner = array(COLUMNS["owner"])
-        self.owners: list[tuple[int, int]] = [(0, 0)]  # (uid, gid) by number; never shrinks
-        self._owner_numbers = {(0, 0): 0}
+        self.kind = array(COLUMNS["kind"])
+        self.kinds: list[tuple[int, int, int]] = [(0, 0, 0)]  # (mode, uid, gid) by number; never shrinks
+        self.modes = [0]  # each kind's mode, for the many reads of one
+        self._kind_numbers = {(0, 0, 0): 0}
         self.nlink = array(COLUMNS["nlink"])
         self.size = array(COLUMNS["size"])
         self.mtime = array(COLUMNS["mtime"])
@@ -187,30 +188,53 @@ class InodeTable:
         """The length of the record in `rec`: `kid`."""
         return self.kid
 
-    def owner_of(self, uid: int, gid: int) -> int:
-        """The number of a (uid, gid) pair, new if it has none yet."""
-        n = self._owner_numbers.get((uid, gid))
+    def kind_of(self, mode: int, uid: int, gid: int) -> int:
+        """The number of a (mode, uid, gid) triple, new if it has none yet (the `kind`
+        column widens when it needs to: store the number after this returns)."""
+        key = (mode, uid, gid)
+        n = self._kind_numbers.get(key)
         if n is None:
-            n = self._owner_numbers[uid, gid] = len(self.owners)
-            self.owners.append((uid, gid))
-            wide = "B" if n < 256 else "H" if n < OWNERS_NARROW else "I"
-            if self.owner.typecode != wide:
-                self.owner = array(wide, self.owner)
+            assert mode, "mode 0 is a free slot's"
+            n = self._kind_numbers[key] = len(self.kinds)
+            self.kinds.append(key)
+            self.modes.append(mode)
+            wide = "B" if n < 256 else "H" if n < KINDS_NARROW else "I"
+            if self.kind.typecode != wide:
+                self.kind = array(wide, self.kind)
         return n
 
-    def set_owners(self, owners: list[tuple[int, int]]) -> None:
-        """The pairs the `owner` column numbers (a loaded image's)."""
-        self.owners = [(uid, gid) for uid, gid in owners]
-        self._owner_numbers = {pair: n for n, pair in enumerate(self.owners)}
+    def set_kinds(self, kinds: list[tuple[int, int, int]]) -> None:
+        """The triples the `kind` column numbers (a loaded image's)."""
+        kinds = [(mode, uid, gid) for mode, uid, gid in kinds]
+        if not kinds or kinds[0] != (0, 0, 0) or 0 in [k[0] for k in kinds[1:]] or len(set(kinds)) != len(kinds):
+            raise ValueError("kind 0 is not a free slot's, or a kind is not one of a kind")
+        self.kinds = kinds
+        self.modes = [mode for mode, _, _ in kinds]
+        self._kind_numbers = {k: n for n, k in enumerate(kinds)}
+
+    def mode_of(self, ino: int) -> int:
+        return self.modes[self.kind[ino]]
+
+    def set_mode(self, ino: int, mode: int) -> None:
+        _, uid, gid = self.kinds[self.kind[ino]]
+        n = self.kind_of(mode, uid, gid)
+        self.kind[ino] = n
+
+    def set_owner(self, ino: int, uid: int, gid: int) -> None:
+        n = self.kind_of(self.modes[self.kind[ino]], uid, gid)
+        self.kind[ino] = n
 
     def of_type(self, fmt: int, start: int = 0, stop: int | None = None) -> bytes:
         """1 for each slot in [start, stop) whose file type is fmt (stat.S_IFDIR, ...), else 0."""
-        mode = self.mode if stop is None and not start else self.mode[start:stop]
-        return bytes(map(fmt.__eq__, map(_IFMT.__and__, mode)))
+        kind = self.kind if stop is None and not start else self.kind[start:stop]
+        is_fmt = bytes([m & _IFMT == fmt for m in self.modes])
+        if kind.typecode == "B":
+            return kind.tobytes().translate(is_fmt.ljust(256, b"\0"))
+        return bytes(map(is_fmt.__getitem__, kind))
 
     def grow(self, slots: int) -> None:
         """Make room for inode numbers below slots (and then some: growth is geometric)."""
-        have = len(self.mode)
+        have = len(self.kind)
         if slots <= have:
             return
         more = max(slots, have + have // 4 + 1024) - have
@@ -315,10 +339,10 @@ class InodeTable:
         name either, for the caller to release. One pass over the columns, without an
         Inode view per entry (0.14 against 2.4 us each): once the kernel evicts a cold
         walk's inodes, their references come back by the hundreds of thousands."""
-        lookups, nlink, mode, n = self.lookups, self.nlink, self.mode, len(self.mode)
+        lookups, nlink, kind, n = self.lookups, self.nlink, self.kind, len(self.kind)
         unused = []
         for ino, count in pairs:
-            if not 0 < ino < n or not mode[ino]:
+            if not 0 < ino < n or not kind[ino]:
                 continue
             have = lookups[ino]
             left = have - count if have > count else 0
@@ -328,11 +352,11 @@ class InodeTable:
         return unused
 
     def exists(self, ino: int) -> bool:
-        return 0 < ino < len(self.mode) and self.mode[ino] != 0
+        return 0 < ino < len(self.kind) and self.kind[ino] != 0
 
     def inos(self) -> Iterator[int]:
         """Every live inode number, ascending."""
-        return itertools.compress(range(len(self.mode)), self.mode)
+        return itertools.compress(range(len(self.kind)), self.kind)
 
     # Counts over a range of slots, by whole columns (C loops, ~0.5 us a slot): `packfs
     # stats` counts a range per turn of the event loop, so as not to hold it for seconds
@@ -340,21 +364,21 @@ class InodeTable:
 
     def usage(self, start: int = 0, stop: int | None = None) -> tuple[int, int, int]:
         """(directories, other inodes, the other inodes' total size) among slots [start, stop)."""
-        mode, size = self.mode[start:stop], self.size[start:stop]
-        stop = start + len(mode)
+        kind, size = self.kind[start:stop], self.size[start:stop]
+        stop = start + len(kind)
         is_dir = self.of_type(_IFDIR, start, stop)
         dirs = is_dir.count(1)
-        total = sum(itertools.compress(size, mode)) - sum(itertools.compress(size, is_dir))
+        total = sum(itertools.compress(size, kind)) - sum(itertools.compress(size, is_dir))
         total += sum(n - _SIZE_TOP for ino, n in self.wide_size.items()
-                     if start <= ino < stop and self.mode[ino] and not is_dir[ino - start])
-        return dirs, len(mode) - mode.count(0) - dirs, total
+                     if start <= ino < stop and self.kind[ino] and not is_dir[ino - start])
+        return dirs, len(kind) - kind.count(0) - dirs, total
 
     def nameless(self, start: int = 0, stop: int | None = None) -> list[int]:
         """Live inodes with no name among slots [start, stop): unlinked while open when
         their daemon stopped, or still open or known to the kernel."""
         nlink = self.nlink[start:stop]
         zero = itertools.compress(range(start, start + len(nlink)), map(operator.not_, nlink))
-        return [ino for ino in zero if self.mode[ino]]  # free slots keep their last nlink
+        return [ino for ino in zero if self.kind[ino]]  # free slots keep their last nlink
 
     def record_lengths(self, start: int = 0, stop: int | None = None) -> Iterator[int]:
         """The length of every record a file among slots [start, stop) holds whole in the
@@ -370,17 +394,18 @@ class InodeTable:
 
     def find_free(self, below: int) -> None:
         """Collect the free slots below `below` (after a load), to be reused."""
-        below = min(below, len(self.mode))
+        below = min(below, len(self.kind))
         self.free = array("q", itertools.compress(range(ROOT + 1, below),
-                                                  map(operator.not_, self.mode[ROOT + 1:below])))
+                                                  map(operator.not_, self.kind[ROOT + 1:below])))
 
     # -- whole slots ------------------------------------------------------------------
 
     def put(self, ino: int, mode: int, uid: int, gid: int, now: int) -> None:
         """Fill a free slot with a new, empty inode."""
         self.grow(ino + 1)
-        assert self.mode[ino] == 0, f"inode {ino} is in use"
-        self.mode[ino], self.owner[ino] = mode, self.owner_of(uid, gid)
+        assert self.kind[ino] == 0, f"inode {ino} is in use"
+        n = self.kind_of(mode, uid, gid)
+        self.kind[ino] = n
         self.set_narrow("nlink", ino, 2 if stat.S_ISDIR(mode) else 1)
         self.set_narrow("size", ino, 0)
         self.set_times(ino, now, now, now)
@@ -391,14 +416,15 @@ class InodeTable:
         """Set a slot from a catalog or journal row; a directory keeps its entries."""
         (ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, xattrs, extents, parent) = row
         self.grow(ino + 1)
-        old = self.mode[ino]
+        old = self.modes[self.kind[ino]]
         if old == 0:
             self.live += 1
         elif old & _IFMT != mode & _IFMT:  # a number reused for another type: drop what the old one kept
             if old & _IFMT == _IFDIR:
                 self._clear_entries(ino)
             self.kid[ino] = self.kname[ino] = 0
-        self.mode[ino], self.owner[ino] = mode, self.owner_of(uid, gid)
+        n = self.kind_of(mode, uid, gid)
+        self.kind[ino] = n
         self.set_narrow("nlink", ino, nlink)
         is_dir = mode & _IFMT == _IFDIR
         self.set_narrow("size", ino, 0 if is_dir else size)  # (drops a reused number's wide size)
@@ -416,17 +442,22 @@ class InodeTable:
         load, about twice as fast as load() per row. Unless keep_xattrs, the rows' xattrs
         field only says whether the catalog holds any (1 or 0): the values stay there."""
         self.grow(top)
-        mode, nlink, owner, owner_of = self.mode, self.nlink, self.owner, self.owner_of
+        kind, nlink, kind_of = self.kind, self.nlink, self.kind_of
         size, mtime = self.size, self.mtime
         atimes, ctimes, atime, ctime = self.atimes, self.ctimes, self.atime, self.ctime
         rdevs, targets, extents, rec, rlen = self.rdev, self.target, self.extents, self.rec, self.rlen
         xat, add = self.xat, (self.xblobs.adder() if self.keep_xattrs else None)
         one, unpack = _EXTENT.size, _EXTENT.unpack
         n = 0
-        pair, number = (0, 0), 0  # the last owner seen: rows come in runs of one owner
-        for ino, mode[ino], uid, gid, links, length, a, m, c, rdev, target, x, e, parent in rows:
+        numbers = self._kind_numbers
+        for ino, mode, uid, gid, links, length, a, m, c, rdev, target, x, e, parent in rows:
             n += 1
-            if mode[ino] & _IFMT == _IFDIR:
+            number = numbers.get((mode, uid, gid))
+            if number is None:
+                number = kind_of(mode, uid, gid)
+                kind = self.kind  # (wider once there are many kinds)
+            kind[ino] = number
+            if mode & _IFMT == _IFDIR:
                 length = parent  # (see COLUMNS)
             mtime[ino] = m
             if 0 <= m - a < FAR and atime.typecode == "I":
@@ -444,10 +475,6 @@ class InodeTable:
             else:
                 self.set_narrow("nlink", ino, links)
                 self.set_narrow("size", ino, length)
-            if (uid, gid) != pair:
-                pair, number = (uid, gid), owner_of(uid, gid)
-                owner = self.owner  # (wider once there are many owners)
-            owner[ino] = number
             if x:
                 if add is None:
                     xat[ino] = IN_CATALOG
@@ -493,8 +520,8 @@ class InodeTable:
 
     def stat(self, ino: int) -> tuple[int, int, int, int, int, int, int, int, int]:
         """(mode, nlink, uid, gid, rdev, size, atime, mtime, ctime): what getattr answers, in one call."""
-        uid, gid = self.owners[self.owner[ino]]
-        mode, nlink, size = self.mode[ino], self.nlink[ino], self.size[ino]
+        mode, uid, gid = self.kinds[self.kind[ino]]
+        nlink, size = self.nlink[ino], self.size[ino]
         if nlink == _NLINK_TOP:
             nlink = self.wide_nlink[ino]
         if mode & _IFMT == _IFDIR:
@@ -523,8 +550,7 @@ class InodeTable:
         self.ctimes.set(ino, now, now)
 
     def row(self, ino: int) -> InodeRow:
-        mode = self.mode[ino]
-        uid, gid = self.owners[self.owner[ino]]
+        mode, uid, gid = self.kinds[self.kind[ino]]
         is_dir = mode & _IFMT == _IFDIR
         return (ino, mode, uid, gid, self.get_narrow("nlink", ino), 0 if is_dir else self.get_narrow("size", ino),
                 *self.times(ino), self.rdev.get(ino, 0),
@@ -535,10 +561,10 @@ class InodeTable:
         """Free a slot and everything kept for it."""
         if not self.exists(ino):
             return
-        if self.mode[ino] & _IFMT == _IFDIR:
+        if self.modes[self.kind[ino]] & _IFMT == _IFDIR:
             self._clear_entries(ino)
         self._release_xattrs(self.xat[ino])
-        self.mode[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
+        self.kind[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
         self.xattr_epoch += 1
         self.lookups[ino] = 0
         for sparse in (self.rdev, self.target, self._fetched, self.extents, self.opens, self.wbuf):
@@ -559,7 +585,7 @@ class InodeTable:
     def extent_list(self, ino: int) -> list[ext.Extent]:
         """A file's extent map ([] for anything else). A map kept as a list is returned
         itself, to be edited in place."""
-        if self.mode[ino] & _IFMT != _IFREG:
+        if self.modes[self.kind[ino]] & _IFMT != _IFREG:
             return []
         r = self.kname[ino]
         if r:
@@ -741,7 +767,7 @@ class InodeTable:
         if big is not None:
             return list(big.items())
         k = self.kid[d]
-        if not k or self.mode[d] & _IFMT != _IFDIR:
+        if not k or self.modes[self.kind[d]] & _IFMT != _IFDIR:
             return []
         if k == SMALL:
             return small_items(self.names.get(self.kname[d]))
@@ -816,15 +842,6 @@ class InodeTable:
         self.kid[d] = self.kname[d] = 0
 
 
-def _column(name: str, doc: str) -> property:
-    def get(self: "Inode") -> int:
-        return getattr(self.t, name)[self.ino]
-
-    def set_(self: "Inode", value: int) -> None:
-        getattr(self.t, name)[self.ino] = value
-    return property(get, set_, doc=doc)
-
-
 def _narrow(name: str, doc: str) -> property:
     def get(self: "Inode") -> int:
         return self.t.get_narrow(name, self.ino)
@@ -878,25 +895,32 @@ class Inode:
     def __repr__(self) -> str:
         return f"<Inode {self.ino} mode {self.mode:o}>"
 
-    mode = _column("mode", "file type and permissions")
+    @property
+    def mode(self) -> int:
+        """file type and permissions"""
+        return self.t.modes[self.t.kind[self.ino]]
+
+    @mode.setter
+    def mode(self, value: int) -> None:
+        self.t.set_mode(self.ino, value)
 
     @property
     def uid(self) -> int:
         """owner"""
-        return self.t.owners[self.t.owner[self.ino]][0]
+        return self.t.kinds[self.t.kind[self.ino]][1]
 
     @uid.setter
     def uid(self, value: int) -> None:
-        self.t.owner[self.ino] = self.t.owner_of(value, self.gid)
+        self.t.set_owner(self.ino, value, self.gid)
 
     @property
     def gid(self) -> int:
         """group"""
-        return self.t.owners[self.t.owner[self.ino]][1]
+        return self.t.kinds[self.t.kind[self.ino]][2]
 
     @gid.setter
     def gid(self, value: int) -> None:
-        self.t.owner[self.ino] = self.t.owner_of(self.uid, value)
+        self.t.set_owner(self.ino, self.uid, value)
     nlink = _narrow("nlink", "link count")
 
     @property
@@ -948,11 +972,11 @@ class Inode:
 
     @property
     def is_dir(self) -> bool:
-        return stat.S_ISDIR(self.t.mode[self.ino])
+        return self.t.modes[self.t.kind[self.ino]] & _IFMT == _IFDIR
 
     @property
     def is_reg(self) -> bool:
-        return stat.S_ISREG(self.t.mode[self.ino])
+        return self.t.modes[self.t.kind[self.ino]] & _IFMT == _IFREG
 
     # -- directory entries ------------------------------------------------------------
 

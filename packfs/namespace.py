@@ -108,13 +108,13 @@ class Namespace:
 
     def dirent(self, parent: int, name: bytes) -> int | None:
         t = self.table
-        return t.child(parent, name) if t.exists(parent) and stat.S_ISDIR(t.mode[parent]) else None
+        return t.child(parent, name) if t.exists(parent) and stat.S_ISDIR(t.mode_of(parent)) else None
 
     # -- reads ----------------------------------------------------------------
 
     def get(self, ino: int) -> Inode:
         t = self.table
-        if not (0 < ino < len(t.mode) and t.mode[ino]):  # t.exists, inlined: every request calls this
+        if not (0 < ino < len(t.kind) and t.kind[ino]):  # t.exists, inlined: every request calls this
             raise enoent()
         return Inode(t, ino)
 
@@ -125,7 +125,7 @@ class Namespace:
         return self.table.exists(ino)
 
     def is_dir(self, ino: int) -> bool:
-        return self.table.exists(ino) and stat.S_ISDIR(self.table.mode[ino])
+        return self.table.exists(ino) and stat.S_ISDIR(self.table.mode_of(ino))
 
     def dir(self, ino: int) -> Inode:
         node = self.get(ino)

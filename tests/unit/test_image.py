@@ -326,21 +326,23 @@ def test_compacting_names_keeps_the_records_files_hold_in_the_same_column(tmp_pa
     assert [from_catalog.extent_list(f.ino) for f in files[1::2]] == [loaded.extent_list(f.ino) for f in files[1::2]]
 
 
-@pytest.mark.parametrize("owners", [3, 300, 70_000])
-def test_owners_come_back_from_the_image(tmp_path, cat, owners):
-    """The owner column is u8, u16 once a table has more than 256 (uid, gid) pairs, u32 past 65,536."""
+@pytest.mark.parametrize("kinds", [3, 300, 70_000])
+def test_kinds_come_back_from_the_image(tmp_path, cat, kinds):
+    """The kind column is u8, u16 once a table has more than 256 (mode, uid, gid)
+    triples, u32 past 65,536."""
     ns = Namespace.fresh(0, 0)
-    for uid in range(owners):
-        ns.table.owner_of(uid, uid + 1)
+    for uid in range(kinds):
+        ns.table.kind_of(stat.S_IFREG | 0o644, uid, uid + 1)
     files = [ns.create(ROOT, b"f%d" % i, stat.S_IFREG | 0o644, uid, uid + 1)
-             for i, uid in enumerate((0, 1, owners - 1))]
+             for i, uid in enumerate((0, 1, kinds - 1))]
+    files[1].mode = stat.S_IFREG | 0o600
     saved(tmp_path, cat, ns)
     table = image.take(str(tmp_path), cat.image_token, cat.stamp, True)
     assert table is not None
     loaded = load_namespace(cat, True, table).table
-    assert loaded.owner.typecode == ("B" if owners <= 256 else "H" if owners <= 1 << 16 else "I")
-    for f, uid in zip(files, (0, 1, owners - 1)):
-        assert loaded.stat(f.ino)[2:4] == (uid, uid + 1)
+    assert loaded.kind.typecode == ("B" if kinds <= 255 else "H" if kinds < 1 << 16 else "I")
+    for f, uid in zip(files, (0, 1, kinds - 1)):
+        assert loaded.stat(f.ino)[:4] == (f.mode, 1, uid, uid + 1)
 
 
 @pytest.mark.parametrize("whole", [False, True])

@@ -7,7 +7,7 @@ import pytest
 from test_catalog import build
 
 from packfs import inodes, records
-from packfs.inodes import IN_CATALOG, OWNERS_NARROW, ROOT, Inode, InodeTable, pack_extents
+from packfs.inodes import IN_CATALOG, KINDS_NARROW, ROOT, Inode, InodeTable, pack_extents
 from packfs.offsettimes import FAR
 from packfs.namespace import Namespace
 from packfs.xattrblob import pack_xattrs, plain
@@ -79,7 +79,7 @@ def test_columns_grow_past_their_first_size(ns):
     d = ns.create(ROOT, b"d", DIR, 0, 0)
     made = [ns.create(d.ino, b"%d" % i, REG, 0, 0) for i in range(5000)]
     made[-1].size = 1 << 40
-    assert len(ns.table.mode) > made[-1].ino and len(ns) == 5002
+    assert len(ns.table.kind) > made[-1].ino and len(ns) == 5002
     assert ns.lookup(d.ino, b"4999") == made[-1] and ns.get(made[-1].ino).size == 1 << 40
 
 
@@ -286,7 +286,7 @@ def test_usage_by_columns_matches_a_walk_of_every_inode():
     lengths = [*ns.table.record_lengths(), *ns.table.mapped_record_lengths()]
     assert sorted(lengths) == sorted(k[2] for k in live)
     assert sum(map(records.footprint, lengths)) == sum(records.footprint(k[2]) for k in live)
-    slots = len(ns.table.mode)
+    slots = len(ns.table.kind)
     for step in (1, 2, 3, slots):  # by ranges, as `packfs stats` counts: the same sums
         parts = [ns.table.usage(a, a + step) for a in range(0, slots, step)]
         assert tuple(map(sum, zip(*parts))) == ns.table.usage()
@@ -335,25 +335,33 @@ def test_a_number_reused_for_another_type_starts_clean(ns):
     assert sorted([*t.record_lengths(), *t.mapped_record_lengths()]) == [4096]  # d's record; g is a directory now
 
 
-def test_owners_are_numbered_pairs_and_the_column_widens_past_u8_and_u16(ns):
+def test_kinds_are_numbered_triples_and_the_column_widens_past_u8_and_u16(ns):
+    """`kind` numbers (mode, uid, gid): inodes of one kind share a number, a chmod or a
+    chown of one gives it another, and the column is u8, then u16 past 256 kinds, then
+    u32 past KINDS_NARROW."""
     t = ns.table
     f = ns.create(ROOT, b"f", REG, 1000, 1001)
     g = ns.create(ROOT, b"g", REG, 1000, 1001)
-    assert (f.uid, f.gid) == (1000, 1001) and t.owner[f.ino] == t.owner[g.ino]
+    d = ns.create(ROOT, b"d", DIR, 1000, 1001)
+    assert (f.uid, f.gid) == (1000, 1001) and t.kind[f.ino] == t.kind[g.ino] != t.kind[d.ino]
     f.gid = 7
     assert (f.uid, f.gid, g.gid) == (1000, 7, 1001) and t.stat(f.ino)[2:4] == (1000, 7)
-    assert t.owner.typecode == "B"
+    g.mode = stat.S_IFREG | 0o600
+    assert (g.mode, g.uid, g.gid, t.stat(g.ino)[0]) == (stat.S_IFREG | 0o600, 1000, 1001, stat.S_IFREG | 0o600)
+    assert t.kind.typecode == "B" and d.is_dir and not d.is_reg and g.is_reg
     for uid in range(300):
-        t.owner_of(uid, 98)
-    assert t.owner.typecode == "H" and len(t.owner) == len(t.mode)
+        t.kind_of(REG, uid, 98)
+    assert t.kind.typecode == "H" and len(t.kind) == len(t.nlink)
     e = ns.create(ROOT, b"e", REG, 299, 98)
-    assert t.owner[e.ino] > 255 and (e.uid, e.gid, f.gid, g.uid) == (299, 98, 7, 1000)
-    for uid in range(OWNERS_NARROW):
-        t.owner_of(uid, 99)
-    assert t.owner.typecode == "I" and len(t.owner) == len(t.mode)
-    h = ns.create(ROOT, b"h", REG, OWNERS_NARROW - 1, 99)
-    assert t.owner[h.ino] >= OWNERS_NARROW and (h.uid, h.gid, f.gid) == (OWNERS_NARROW - 1, 99, 7)
-    assert t.row(h.ino)[2:4] == (OWNERS_NARROW - 1, 99) and (e.uid, e.gid) == (299, 98)
+    assert t.kind[e.ino] > 255 and (e.uid, e.gid, f.gid, g.uid) == (299, 98, 7, 1000)
+    assert t.of_type(stat.S_IFDIR)[d.ino] == 1 and t.of_type(stat.S_IFREG)[e.ino] == 1 == t.of_type(stat.S_IFREG)[f.ino]
+    for uid in range(KINDS_NARROW):
+        t.kind_of(REG, uid, 99)
+    assert t.kind.typecode == "I" and len(t.kind) == len(t.nlink)
+    h = ns.create(ROOT, b"h", REG, KINDS_NARROW - 1, 99)
+    assert t.kind[h.ino] >= KINDS_NARROW and (h.uid, h.gid, f.gid) == (KINDS_NARROW - 1, 99, 7)
+    assert t.row(h.ino)[1:4] == (REG, KINDS_NARROW - 1, 99) and (e.uid, e.gid) == (299, 98)
+    assert [*t.usage()[:2]] == [2, 4] and d.is_dir and t.of_type(stat.S_IFDIR)[d.ino] == 1
 
 
 def test_loaded_entries_take_their_final_form_at_once():
@@ -378,23 +386,23 @@ def test_loaded_entries_take_their_final_form_at_once():
             assert t.names.wasted() == 0
 
 
-def test_a_slot_is_37_bytes():
-    """What `packfs stats` reports as the inode columns: 37 B per slot, free and headroom too;
-    41 and 45 B once `atime` and `ctime` hold whole times, 49 B once `xat` is i64 too, 53
+def test_a_slot_is_35_bytes():
+    """What `packfs stats` reports as the inode columns: 35 B per slot, free and headroom too;
+    39 and 43 B once `atime` and `ctime` hold whole times, 47 B once `xat` is i64 too, 51
     once `kname` is; and the far times beside the time columns."""
     t = InodeTable()
     t.grow(5000)
-    assert len(t.mode) >= 5000 and t.column_bytes() == 37 * len(t.mode)
+    assert len(t.kind) >= 5000 and t.column_bytes() == 35 * len(t.kind)
     Inode(t, 7).set_times(10**18, 0, 10**18)  # both far from mtime
-    assert t.column_bytes() == 37 * len(t.mode) + 2 * 8
+    assert t.column_bytes() == 35 * len(t.kind) + 2 * 8
     t.atimes._go_whole()
-    assert t.column_bytes() == 41 * len(t.mode) + 8
+    assert t.column_bytes() == 39 * len(t.kind) + 8
     t.ctimes._go_whole()
-    assert t.column_bytes() == 45 * len(t.mode)
+    assert t.column_bytes() == 43 * len(t.kind)
     t._xat_for(1 << 32)
-    assert t.column_bytes() == 49 * len(t.mode)
+    assert t.column_bytes() == 47 * len(t.kind)
     t.set_kname(9, 1 << 32)
-    assert t.column_bytes() == 53 * len(t.mode) and t.kname[9] == 1 << 32
+    assert t.column_bytes() == 51 * len(t.kind) and t.kname[9] == 1 << 32
 
 
 def test_whole_records_index_their_volumes_and_reuse_the_indexes_of_dead_ones(ns, monkeypatch):
@@ -638,11 +646,11 @@ def test_the_lookup_column_widens_when_a_count_needs_it():
         t.put(ino, DIR, 0, 0, 1)
     a, b = Inode(t, 2), Inode(t, 3)
     a.lookups, b.lookups = 255, 7
-    assert t.lookups.typecode == "B" and t.column_bytes() == 37 * len(t.mode)
+    assert t.lookups.typecode == "B" and t.column_bytes() == 35 * len(t.kind)
     a.lookups += 1
     assert (a.lookups, b.lookups, t.lookups.typecode) == (256, 7, "H")
-    assert t.column_bytes() == 38 * len(t.mode)
+    assert t.column_bytes() == 36 * len(t.kind)
     b.lookups = 1 << 16
     assert (a.lookups, b.lookups, t.lookups.typecode) == (256, 1 << 16, "I")
-    t.grow(len(t.mode) + 1)  # grows in its new width
-    assert t.lookups.typecode == "I" and len(t.lookups) == len(t.mode)
+    t.grow(len(t.kind) + 1)  # grows in its new width
+    assert t.lookups.typecode == "I" and len(t.lookups) == len(t.kind)
