@@ -76,6 +76,8 @@ def save(packdir: str, table: InodeTable, token: int, stamp: Stamp) -> int:
     """
     if sys.byteorder != "little":
         raise ImageError("namespace images are little-endian only")
+    if table.uncompressed():
+        raise ImageError("xattrs wait to be compressed: the final checkpoint has not run")
     path = os.path.join(packdir, FILENAME)
     tmp = path + ".tmp"
     slots = _top(table)

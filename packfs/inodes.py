@@ -126,7 +126,8 @@ class InodeTable:
         self.target: dict[int, bytes] = {}
         # Packed xattrs in an arena (`xat` is the reference, 0 for none): all of them while
         # keep_xattrs, else only those the catalog does not hold yet (`xat` is IN_CATALOG
-        # for the others). An inode whose `xat` is 0 has none, whatever the catalog has.
+        # for the others). An inode whose `xat` is 0 has none, whatever the catalog has,
+        # unless it has a blob in `_plain` (see set_xattrs).
         self.keep_xattrs = True
         # Told of every inode whose xattrs change or that goes, before anything can read it
         # again: the FUSE adapter keeps copies of some inodes' xattrs (fuseshim.cache_xattrs).
@@ -136,6 +137,7 @@ class InodeTable:
         self.fetch_xattrs: Callable[[int], bytes | None] = lambda ino: None  # from the catalog
         self._fetched: dict[int, bytes | None] = {}  # the last few values fetched (a GET reads them ~5 times)
         self.xattr_epoch = 0  # counts xattr changes and freed slots (see keep_fetched)
+        self._plain: dict[int, bytes] = {}  # blobs set plain, not compressed yet (see set_xattrs)
         self._uncompressed: set[int] = set()  # set by setxattr since the last compress_xattrs
         self._settling: set[int] = set()  # of those, set in the compressor's last two turns
         self._turn = 0  # the background compressor's turns, one after each commit
@@ -567,7 +569,7 @@ class InodeTable:
         self.kind[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
         self.xattr_epoch += 1
         self.lookups[ino] = 0
-        for sparse in (self.rdev, self.target, self._fetched, self.extents, self.opens, self.wbuf):
+        for sparse in (self.rdev, self.target, self._fetched, self._plain, self.extents, self.opens, self.wbuf):
             sparse.pop(ino, None)
         self.atimes.clear(ino)
         self.ctimes.clear(ino)
@@ -621,7 +623,7 @@ class InodeTable:
         if ref > IN_CATALOG:
             return self.xblobs.get(ref)
         if not ref:
-            return None
+            return self._plain.get(ino)
         x = self._fetched.get(ino)
         if x is None:
             x = self.fetch_xattrs(ino)
@@ -672,21 +674,34 @@ class InodeTable:
 
     def xattrs_in_memory(self) -> int:
         """How many inodes have their xattr values in memory."""
-        return len(self.xat) - self.xat.count(0) - self.xat.count(IN_CATALOG)
+        return len(self.xat) - self.xat.count(0) - self.xat.count(IN_CATALOG) + len(self._plain)
+
+    def uncompressed(self) -> int:
+        """How many inodes' xattrs wait for compress_xattrs (none once a checkpoint has
+        begun: an image must not be written before)."""
+        return len(self._plain)
 
     def set_xattrs(self, ino: int, packed: bytes | None) -> None:
-        """An inode's new xattrs, held in memory (until a checkpoint writes them, unless keep_xattrs)."""
+        """An inode's new xattrs, held in memory (until a checkpoint writes them, unless
+        keep_xattrs). A blob compress_xattrs will compress (Swift's metadata, ~440 B) waits
+        in `_plain`, out of the arena: the arena reuses a freed run only for a string of
+        its size, and the runs of these short-lived blobs, in as many sizes as Swift's
+        object names have lengths, were left free (8 B per object at a million)."""
         old = self.xat[ino]
-        ref = self.xblobs.put(packed) if packed else 0
+        self._plain.pop(ino, None)
+        if packed and compressible(packed):
+            self._plain[ino] = packed
+            ref = 0
+            self._uncompressed.add(ino)
+            self._set_in_turn[ino] = self._turn
+        else:
+            ref = self.xblobs.put(packed) if packed else 0
         self._xat_for(ref)[ino] = ref  # (0, no value, hides whatever the catalog holds)
         self._release_xattrs(old)
         self._fetched.pop(ino, None)
         self.xattr_epoch += 1
         if self.xattrs_changed is not None:
             self.xattrs_changed(ino)
-        if packed and compressible(packed):
-            self._uncompressed.add(ino)
-            self._set_in_turn[ino] = self._turn
 
     def compress_xattrs(self, limit: int = 1 << 62, settled_only: bool = False) -> bool:
         """Compress up to `limit` of the xattrs stored plain; True if some are left.
@@ -701,7 +716,7 @@ class InodeTable:
         0.38 decompressions per PUT at concurrency 16, against 1.0 and 0 when they waited
         for the file's close; the kernel sends no close once files open without a request).
         """
-        pending, xat, blobs, set_in = self._uncompressed, self.xat, self.xblobs, self._set_in_turn
+        pending, plain_blobs, blobs, set_in = self._uncompressed, self._plain, self.xblobs, self._set_in_turn
         if not settled_only:
             pending |= self._settling
             self._settling.clear()
@@ -711,15 +726,10 @@ class InodeTable:
                 self._settling.add(ino)
                 continue
             set_in.pop(ino, None)
-            ref = xat[ino]
-            if ref > IN_CATALOG:
-                x = blobs.get(ref)
-                packed = compressed(x)
-                if packed is not x:
-                    new = blobs.put(packed)
-                    xat = self._xat_for(new)
-                    xat[ino] = new
-                    blobs.release(ref)
+            x = plain_blobs.pop(ino, None)
+            if x is not None:  # (else set again since, not compressible, or gone)
+                ref = blobs.put(compressed(x))
+                self._xat_for(ref)[ino] = ref
         return bool(pending)
 
     def next_compress_turn(self) -> None:
@@ -740,6 +750,9 @@ class InodeTable:
             ref = xat[ino]
             if ref > IN_CATALOG and x is not None and blobs.equals(ref, x):
                 blobs.release(ref)
+                xat[ino] = IN_CATALOG
+            elif not ref and x is not None and self._plain.get(ino) == x:
+                del self._plain[ino]
                 xat[ino] = IN_CATALOG
 
     @staticmethod

@@ -52,6 +52,8 @@ def build() -> Namespace:
 
 
 def checkpoint(cat: Catalog, ns: Namespace, **settings) -> None:
+    """As the journal's checkpoint does: xattrs compressed, then the changes written."""
+    ns.table.compress_xattrs()
     ns.take_journal_changes()
     rows, removed, dirents, refs = snapshot(ns, ns.take_catalog_changes().changes())
     cat.checkpoint(rows, removed, dirents, refs, {"next_ino": ns.next_ino, **settings})

@@ -7,10 +7,10 @@ import pytest
 from test_catalog import build
 
 from packfs import inodes, records
-from packfs.inodes import IN_CATALOG, KINDS_NARROW, ROOT, Inode, InodeTable, pack_extents
+from packfs.inodes import IN_CATALOG, KINDS_NARROW, ROOT, XATTR_GRAIN, Inode, InodeTable, pack_extents
 from packfs.offsettimes import FAR
 from packfs.namespace import Namespace
-from packfs.xattrblob import pack_xattrs, plain
+from packfs.xattrblob import is_compressed, pack_xattrs, plain
 
 REG = stat.S_IFREG | 0o644
 DIR = stat.S_IFDIR | 0o755
@@ -44,7 +44,8 @@ def test_rows_load_and_come_back_unchanged():
 
 def in_memory(t: InodeTable) -> dict[int, bytes]:
     """The packed xattrs a table holds in memory, by inode."""
-    return {ino: t.xblobs.get(ref) for ino, ref in enumerate(t.xat) if ref > IN_CATALOG}
+    held = {ino: t.packed_xattrs(ino) for ino in t.inos() if t.xat[ino] != IN_CATALOG}
+    return {ino: x for ino, x in held.items() if x is not None}
 
 
 def catalog_form(row: tuple) -> tuple:
@@ -386,6 +387,30 @@ def test_loaded_entries_take_their_final_form_at_once():
             assert t.names.wasted() == 0
 
 
+def test_plain_blobs_wait_outside_the_arena_until_compressed(ns):
+    """setxattr's plain blobs (Swift's ~440 B) are held beside the arena until the
+    compressor stores them small in it, so their short lives leave no free runs there;
+    they read back, go with their inode, and a checkpoint without xattrs_in_memory hands
+    them to the catalog like any other value."""
+    t = ns.table
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    g = ns.create(ROOT, b"g", REG, 0, 0)
+    meta = b"{'X-Timestamp': '1763800000.12345', 'ETag': '%032x'}" * 8
+    ns.setxattr(f.ino, b"user.swift.metadata", meta)
+    ns.setxattr(g.ino, b"user.swift.metadata", meta)
+    assert (t.uncompressed(), t.xblobs.used, t.xattrs_in_memory()) == (2, XATTR_GRAIN, 2)
+    assert ns.getxattr(f.ino, b"user.swift.metadata") == meta and not is_compressed(f.row()[11])
+    ns.release(ns.unlink(ROOT, b"g"))
+    assert t.uncompressed() == 1 and t.packed_xattrs(g.ino) is None
+    t.compress_xattrs()
+    assert (t.uncompressed(), t.xattrs_in_memory()) == (0, 1) and is_compressed(f.row()[11])
+    assert t.xblobs.used > XATTR_GRAIN and ns.getxattr(f.ino, b"user.swift.metadata") == meta
+    t.keep_xattrs = False
+    ns.setxattr(f.ino, b"user.b", b"b" * 200)
+    t.checkpointed([t.row(f.ino)])
+    assert (t.uncompressed(), t.xat[f.ino], t.xattrs_in_memory()) == (0, IN_CATALOG, 0)
+
+
 def test_a_slot_is_35_bytes():
     """What `packfs stats` reports as the inode columns: 35 B per slot, free and headroom too;
     39 and 43 B once `atime` and `ctime` hold whole times, 47 B once `xat` is i64 too, 51
@@ -583,7 +608,7 @@ def test_a_time_column_with_many_far_times_holds_whole_times(how, which, touched
 def test_xattr_references_past_u32_make_the_column_i64(monkeypatch, how):
     """`xat` is u32 (references in 2 B grains: 8 GiB of values); a reference past that,
     from any of the three places that store one, makes it i64 and keeps every value."""
-    monkeypatch.setattr("packfs.inodes._XAT_TOP", 2)  # the second blob's reference is past it
+    monkeypatch.setattr("packfs.inodes._XAT_TOP", 1)  # every reference is past it
     swift = pack_xattrs({b"user.swift.metadata": b"{'ETag': 'x', 'Content-Length': '4096'}" * 8}, compress=False)
     t = InodeTable()
     if how == "load_all":
