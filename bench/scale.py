@@ -213,9 +213,11 @@ class ScaleBench:
         st = t.stats()
         when, tag = ("after the build", ".built") if built else ("right after mount", "")
         parts = {"inode columns": st["column_bytes"], "names arena": st["arena_bytes"]["names"],
-                 "xattr arena": st["arena_bytes"]["xattrs"]}
+                 "names arena, of it free": st["arena_free_bytes"]["names"],
+                 "xattr arena": st["arena_bytes"]["xattrs"],
+                 "xattr arena, of it free": st["arena_free_bytes"]["xattrs"]}
         for what, size in parts.items():
-            self._add(f"scale.memory.{what.replace(' ', '_')}{tag}", t, size / self.n,
+            self._add(f"scale.memory.{what.replace(',', '').replace(' ', '_')}{tag}", t, size / self.n,
                       label=f"packfs memory per stored file at {self.nk}, {when}: {what}",
                       unit="B/file", better="lower", absolute=True, minor=True)
         self._add(f"scale.memory.inodes{tag}", t, st["inodes"] / self.n,
