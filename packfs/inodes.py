@@ -323,8 +323,8 @@ class InodeTable:
 
     def renumber_volumes(self) -> None:
         """Give the volumes whole records use indexes 1, 2, ... again, dropping the others:
-        one pass over the columns (~1 s at a million files), once per 4,095 volumes a
-        mount writes. If more than that many still hold records, `rec` widens, and the
+        one pass over the columns (0.28 s for a million files, measured without FUSE),
+        once per 4,095 volumes a mount writes. If more than that many still hold records, `rec` widens, and the
         next pass waits until there are twice as many indexes."""
         rec, live = self.kname, self.of_type(_IFREG)
         files = list(itertools.compress(range(len(live)), map(operator.and_, live, map(bool, rec))))
