@@ -51,7 +51,7 @@ _MARSHAL_VERSION = 4
 COLUMNS = tuple(c for c in inodes.COLUMNS if c not in inodes.RUNTIME_COLUMNS)
 # Columns a table may have made wider, and to what: kinds past 256, then past
 # KINDS_NARROW; whole times (see offsettimes.py); records and name references past u32;
-# xattr references past 8 GiB of values.
+# xattr references past 32 GiB of values.
 _WIDER = {"kind": "HI", "atime": "q", "ctime": "q", "kname": "q", "xat": "q"}
 
 

@@ -55,7 +55,7 @@ def unpack_extents(blob: bytes | None) -> list | None:
 
 _FETCHED_MAX = 256
 _DECODED_MAX = 64  # inodes whose xattrs are kept decoded: a Swift GET reads them ~5 times
-XATTR_GRAIN = 2  # xattr blobs take arena space in steps of this many bytes (Swift's: ~55 B)
+XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swift's: ~55-65 B)
 
 # Each column's array typecode. Inode numbers (kid, a parent) are below INO_MAX, so u32.
 # A slot is 35 B. `kid` and `kname` hold a directory's one entry, and a
@@ -65,7 +65,7 @@ XATTR_GRAIN = 2  # xattr blobs take arena space in steps of this many bytes (Swi
 # its directories, its files and its temporary files, of one owner); kind 0 is a free
 # slot. It is u8 until a table has more than 256 kinds, then u16, then u32 past
 # KINDS_NARROW kinds.
-# `xat` is a CountedArena reference, or IN_CATALOG: u32 up to 8 GiB of xattr values,
+# `xat` is a CountedArena reference, or IN_CATALOG: u32 up to 32 GiB of xattr values,
 # then i64.
 # `nlink` and `size` are narrower than their values may be (see NARROW_TOPS); `lookups`
 # is u8 until a count passes 255, then wider (see set_lookups).
@@ -663,7 +663,7 @@ class InodeTable:
 
     def _xat_for(self, ref: int) -> array:
         """The `xat` column to store ref in: made i64 first if ref does not fit its u32
-        (past 8 GiB of xattr values in memory)."""
+        (past 32 GiB of xattr values in memory)."""
         if ref > _XAT_TOP and self.xat.typecode == "I":
             self.xat = array("q", self.xat)
         return self.xat

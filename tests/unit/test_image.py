@@ -362,7 +362,7 @@ def test_kinds_come_back_from_the_image(tmp_path, cat, kinds):
 def test_times_and_xattrs_come_back_from_the_image(tmp_path, cat, whole):
     """`atime` and `ctime` hold distances from mtime, with far ones kept whole beside them
     (and the far entries no slot uses), or whole times once many are far; `xat` is u32,
-    or i64 past 8 GiB of xattr values. Either way, every time and value comes back
+    or i64 past 32 GiB of xattr values. Either way, every time and value comes back
     exactly, and a far time freed before the image is reused after it."""
     ns = Namespace.fresh(0, 0)
     files = [ns.create(ROOT, b"f%d" % i, stat.S_IFREG | 0o644, 0, 0) for i in range(4)]

@@ -606,7 +606,7 @@ def test_a_time_column_with_many_far_times_holds_whole_times(how, which, touched
 
 @pytest.mark.parametrize("how", ["load_all", "set_xattrs", "compress_xattrs"])
 def test_xattr_references_past_u32_make_the_column_i64(monkeypatch, how):
-    """`xat` is u32 (references in 2 B grains: 8 GiB of values); a reference past that,
+    """`xat` is u32 (references in 8 B grains: 32 GiB of values); a reference past that,
     from any of the three places that store one, makes it i64 and keeps every value."""
     monkeypatch.setattr("packfs.inodes._XAT_TOP", 1)  # every reference is past it
     swift = pack_xattrs({b"user.swift.metadata": b"{'ETag': 'x', 'Content-Length': '4096'}" * 8}, compress=False)
