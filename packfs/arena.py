@@ -144,9 +144,10 @@ class CountedArena(Arena):
     pads less but puts values in more size classes, and a freed run is reused only by a
     value of its class: 20,000 objects of Swift metadata took 60.9 B each at a grain of
     2 against 64 B at 8, but after 20 rounds of replacing a tenth of them (longer names
-    each round) 83.3 B against 64 B. The first grain is
-    never a string's, so reference 1 names none: its holder may give it a meaning of its
-    own (the inode table's IN_CATALOG).
+    each round) 83.3 B against 64 B.
+
+    The first grain is never a string's, so reference 1 names none: its holder may give
+    it a meaning of its own (the inode table's IN_CATALOG).
     """
 
     def __init__(self, grain: int = 1) -> None:
