@@ -218,11 +218,13 @@ class InodeTable:
         return self.modes[self.kind[ino]]
 
     def set_mode(self, ino: int, mode: int) -> None:
+        """A chmod: the inode takes the kind of its new triple."""
         _, uid, gid = self.kinds[self.kind[ino]]
         n = self.kind_of(mode, uid, gid)
         self.kind[ino] = n
 
     def set_owner(self, ino: int, uid: int, gid: int) -> None:
+        """A chown: the inode takes the kind of its new triple."""
         n = self.kind_of(self.modes[self.kind[ino]], uid, gid)
         self.kind[ino] = n
 
@@ -669,6 +671,7 @@ class InodeTable:
         return self.xat
 
     def _release_xattrs(self, ref: int) -> None:
+        """Free a value's arena space (IN_CATALOG and 0 hold none)."""
         if ref > IN_CATALOG:
             self.xblobs.release(ref)
 
