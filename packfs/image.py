@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import marshal
 import mmap
+import operator
 import os
 import secrets
 import stat
@@ -39,7 +40,7 @@ from .inodes import InodeTable
 log = logging.getLogger(__name__)
 
 FILENAME = "namespace.img"
-VERSION = 7
+VERSION = 8
 _MAGIC = b"PKFSIMG\0"
 # magic, version, flags, token, the catalog stamp (volume, offset, seq, next_ino), slots, live inodes
 _HEADER = struct.Struct("<8sIIQ4QQQ")
@@ -51,8 +52,8 @@ _MARSHAL_VERSION = 4
 COLUMNS = tuple(c for c in inodes.COLUMNS if c not in inodes.RUNTIME_COLUMNS)
 # Columns a table may have made wider, and to what: kinds past 256, then past
 # KINDS_NARROW; whole times (see offsettimes.py); records and name references past u32;
-# xattr references past 32 GiB of values.
-_WIDER = {"kind": "HI", "atime": "q", "ctime": "q", "kname": "q", "xat": "q"}
+# xattr references past 32 GiB of values (in `kid`).
+_WIDER = {"kind": "HI", "atime": "q", "ctime": "q", "kname": "q", "kid": "q"}
 
 
 # The catalog's checkpoint position and next_ino when the image was taken: a catalog
@@ -107,12 +108,19 @@ def _top(table: InodeTable) -> int:
 
 def _sections(table: InodeTable, slots: int) -> Iterator[bytes | memoryview]:
     """The payloads, one at a time (the largest is built only when its turn comes)."""
-    # `kname` names a string only for directories (a regular file's holds its record), and
-    # `xat` none where it is IN_CATALOG.
+    # `kname` names a string only for directories (a regular file's holds its record).
+    # The xattr references are `kid` for anything but a directory, then the directories'
+    # (`dir_xat`), and name no string where they are IN_CATALOG.
     names, kname = _compact(table.names, table.kname[:slots], lambda: table.of_type(stat.S_IFDIR, 0, slots))
-    xat = table.xat[:slots]
-    xblobs, xat = _compact(table.xblobs, xat, lambda: bytes(map(inodes.IN_CATALOG.__lt__, xat)))
-    columns = {"kname": kname, "xat": xat}
+    refs = table.kid[:slots]
+    refs.extend(table.dir_xat.values())
+
+    def naming() -> bytes:
+        holders = table.not_dirs(0, slots) + b"\1" * len(table.dir_xat)
+        return bytes(map(operator.and_, holders, map(inodes.IN_CATALOG.__lt__, refs)))
+    xblobs, refs = _compact(table.xblobs, refs, naming)
+    dir_xat = dict(zip(table.dir_xat, refs[slots:]))
+    columns = {"kname": kname, "kid": refs[:slots]}
     for name in COLUMNS:
         yield memoryview(columns.get(name, getattr(table, name))).cast("B")[:slots * getattr(table, name).itemsize]
     yield memoryview(names.data)
@@ -121,7 +129,7 @@ def _sections(table: InodeTable, slots: int) -> Iterator[bytes | memoryview]:
     yield marshal.dumps((names.free_lists(), packed, dicts), _MARSHAL_VERSION)
     far = [a.tobytes() for times in (table.atimes, table.ctimes) for a in (times.far, times.spare)]
     yield marshal.dumps((table.rdev, table.target, table.extents, table.kinds, table.wide_nlink, table.wide_size,
-                         table.volumes.tobytes(), *far), _MARSHAL_VERSION)
+                         table.volumes.tobytes(), dir_xat, *far), _MARSHAL_VERSION)
     yield memoryview(xblobs.data)
     yield marshal.dumps(xblobs.free_lists(), _MARSHAL_VERSION)
 
@@ -203,8 +211,8 @@ def _decode(r: "_Reader", token: int, stamp: Stamp, keep_xattrs: bool) -> InodeT
         table.dirs.update((d, PackedEntries.restore(e)) for d, e in packed.items())
     except (ValueError, TypeError) as e:
         raise ImageError(f"its directory entries do not decode: {e}") from None
-    table.rdev, table.target, table.extents, kinds, table.wide_nlink, table.wide_size, volumes, *far = \
-        r.unmarshal((dict, dict, dict, list, dict, dict, bytes, bytes, bytes, bytes, bytes))
+    table.rdev, table.target, table.extents, kinds, table.wide_nlink, table.wide_size, volumes, table.dir_xat, *far = \
+        r.unmarshal((dict, dict, dict, list, dict, dict, bytes, dict, bytes, bytes, bytes, bytes))
     try:
         table.set_volumes(array("I", volumes))
     except ValueError as e:

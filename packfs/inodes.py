@@ -3,7 +3,7 @@
 A Swift object is three inodes (suffix directory, hash directory, .data file), and a
 million objects are three million inodes. As Python objects they cost about 600 B each
 (the object, its boxed integers, a dict slot); as a slot in these columns they cost
-42 B. Names and xattr values are strings in arenas (arena.py), referred to from
+31 B. Names and xattr values are strings in arenas (arena.py), referred to from
 columns. Rare or variable-sized fields (device numbers, symlink targets, extent maps,
 entries of directories with several names) live in dicts keyed by inode number.
 Xattr values are kept in memory too, unless `keep_xattrs` is off: then they stay in the
@@ -58,30 +58,30 @@ _DECODED_MAX = 64  # inodes whose xattrs are kept decoded: a Swift GET reads the
 XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swift's: ~55-65 B)
 
 # Each column's array typecode. Inode numbers (kid, a parent) are below INO_MAX, so u32.
-# A slot is 35 B. `kid` and `kname` hold a directory's one entry, and a
-# regular file's one whole record (as `rlen` and `rec`): no inode needs both, so they
-# share the columns; `kname` is u32 until a value needs more (see set_kname). `kind`
+# A slot is 31 B. `kid` and `kname` hold a directory's one entry. In anything else,
+# `kname` holds a regular file's one whole record (as `rec`; its length is the file's
+# size) and `kid` the inode's xattrs (as `xat`: a CountedArena reference, or
+# IN_CATALOG; a directory's are in the `dir_xat` dict). No inode needs both, so they
+# share the columns. `kname` is u32 until a value needs more (see set_kname), and `kid`
+# until an xattr reference does (past 32 GiB of xattr values). `kind`
 # numbers a (mode, uid, gid) triple in `kinds`: a disk's inodes have a handful (Swift's:
 # its directories, its files and its temporary files, of one owner); kind 0 is a free
 # slot. It is u8 until a table has more than 256 kinds, then u16, then u32 past
 # KINDS_NARROW kinds.
-# `xat` is a CountedArena reference, or IN_CATALOG: u32 up to 32 GiB of xattr values,
-# then i64.
 # `nlink` and `size` are narrower than their values may be (see NARROW_TOPS); `lookups`
 # is u8 until a count passes 255, then wider (see set_lookups).
 # `atime` and `ctime` hold distances from `mtime` where they fit (offsettimes.py).
 # `size` holds a directory's parent (as `parent`): a directory's size is 0, and only a
 # directory keeps its parent (for ..), so no inode needs both.
 COLUMNS = {"kind": "B", "nlink": "B", "kid": "I",
-           "lookups": "B", "size": "I", "atime": "I", "mtime": "q", "ctime": "I", "kname": "I",
-           "xat": "I"}
+           "lookups": "B", "size": "I", "atime": "I", "mtime": "q", "ctime": "I", "kname": "I"}
 # A value at or past its narrow column's top is kept in the table's `wide_<column>` dict,
 # and the column holds the top: files of 4 GiB or more, directories with more than 252
 # subdirectories (a Swift partition directory with its suffix directories, the objects
 # directory: ~1 in 2,800 of the inodes of a million Swift objects).
 NARROW_TOPS = {"nlink": 0xFF, "size": 0xFFFFFFFF}
 _NLINK_TOP, _SIZE_TOP = NARROW_TOPS["nlink"], NARROW_TOPS["size"]
-_XAT_TOP = 0xFFFFFFFF  # `xat` holds CountedArena references: u32, i64 past this
+_KID_TOP = 0xFFFFFFFF  # `kid` is u32 until an xattr reference needs more
 IN_CATALOG = 1  # `xat` of an inode whose xattrs only the catalog holds (no arena string has this reference)
 _KNAME_TOP = 0xFFFFFFFF  # `kname` is u32 until a record or a name reference needs more (see set_kname)
 RUNTIME_COLUMNS = ("lookups",)  # what only a running mount has: never saved
@@ -124,7 +124,8 @@ class InodeTable:
         self.dirs: dict[int, PackedEntries | dict[bytes, int]] = {}
         self.rdev: dict[int, int] = {}
         self.target: dict[int, bytes] = {}
-        # Packed xattrs in an arena (`xat` is the reference, 0 for none): all of them while
+        # Packed xattrs in an arena (`xat` is the reference, 0 for none: `kid`, or
+        # `dir_xat` for a directory, see xref): all of them while
         # keep_xattrs, else only those the catalog does not hold yet (`xat` is IN_CATALOG
         # for the others). An inode whose `xat` is 0 has none, whatever the catalog has,
         # unless it has a blob in `_plain` (see set_xattrs).
@@ -132,7 +133,7 @@ class InodeTable:
         # Told of every inode whose xattrs change or that goes, before anything can read it
         # again: the FUSE adapter keeps copies of some inodes' xattrs (fuseshim.cache_xattrs).
         self.xattrs_changed: Callable[[int], None] | None = None
-        self.xat = array(COLUMNS["xat"])
+        self.dir_xat: dict[int, int] = {}  # a directory's `xat`, if not 0 (its `kid` holds an entry)
         self.xblobs = CountedArena(XATTR_GRAIN)
         self.fetch_xattrs: Callable[[int], bytes | None] = lambda ino: None  # from the catalog
         self._fetched: dict[int, bytes | None] = {}  # the last few values fetched (a GET reads them ~5 times)
@@ -144,9 +145,9 @@ class InodeTable:
         self._set_in_turn: dict[int, int] = {}  # the turn each of those was set in
         self._decoded: dict[int, tuple[bytes, bytes]] = {}  # the last few read: (stored blob, plain blob)
         # Extent maps of regular files; absent means empty. A file whose map is one whole
-        # record (most Swift objects smaller than disk_chunk_size) has it in the `rec` and
-        # `rlen` columns instead (no memory of its own: they are `kname` and `kid`); others
-        # have it here, packed up to PACKED_EXTENTS_MAX extents, a list beyond (cheap to
+        # record exactly as long as the file (most Swift objects smaller than
+        # disk_chunk_size) has it in the `rec` column instead (`kname`: no memory of its
+        # own; the record's length is the file's size); others have it here, packed up to PACKED_EXTENTS_MAX extents, a list beyond (cheap to
         # edit in place).
         self.extents: dict[int, bytes | list[ext.Extent]] = {}
         # A whole record names its volume by an index here, so that `rec` is a u32 however
@@ -184,11 +185,6 @@ class InodeTable:
     def rec(self) -> array:
         """A regular file's one whole record (see _rec), 0 if its map is elsewhere: `kname`."""
         return self.kname
-
-    @property
-    def rlen(self) -> array:
-        """The length of the record in `rec`: `kid`."""
-        return self.kid
 
     def kind_of(self, mode: int, uid: int, gid: int) -> int:
         """The number of a (mode, uid, gid) triple, new if it has none yet (the `kind`
@@ -230,11 +226,18 @@ class InodeTable:
 
     def of_type(self, fmt: int, start: int = 0, stop: int | None = None) -> bytes:
         """1 for each slot in [start, stop) whose file type is fmt (stat.S_IFDIR, ...), else 0."""
+        return self._of_kinds(bytes([m & _IFMT == fmt for m in self.modes]), start, stop)
+
+    def not_dirs(self, start: int = 0, stop: int | None = None) -> bytes:
+        """1 for each live slot in [start, stop) that is not a directory's (whose `kid` is its `xat`)."""
+        return self._of_kinds(bytes([m != 0 and m & _IFMT != _IFDIR for m in self.modes]), start, stop)
+
+    def _of_kinds(self, flags: bytes, start: int, stop: int | None) -> bytes:
+        """flags[kind] for each slot in [start, stop)."""
         kind = self.kind if stop is None and not start else self.kind[start:stop]
-        is_fmt = bytes([m & _IFMT == fmt for m in self.modes])
         if kind.typecode == "B":
-            return kind.tobytes().translate(is_fmt.ljust(256, b"\0"))
-        return bytes(map(is_fmt.__getitem__, kind))
+            return kind.tobytes().translate(flags.ljust(256, b"\0"))
+        return bytes(map(flags.__getitem__, kind))
 
     def grow(self, slots: int) -> None:
         """Make room for inode numbers below slots (and then some: growth is geometric)."""
@@ -268,6 +271,22 @@ class InodeTable:
             if column[ino] == top:
                 del getattr(self, "wide_" + name)[ino]
             column[ino] = value
+
+    def set_size(self, ino: int, value: int) -> None:
+        """A file's new size. A whole record in `rec` is as long as its file: when the
+        size moves away from it, the map moves to `extents`; and a map of one extent
+        comes back once the file is as long as it (a truncate to its end)."""
+        if self.modes[self.kind[ino]] & _IFMT != _IFREG:
+            self.set_narrow("size", ino, value)
+            return
+        old = self.size[ino]  # (a whole record's file is below the column's top)
+        if self.kname[ino] and value != old:
+            self.extents[ino] = pack_extents(self.extent_list(ino))  # type: ignore[assignment]
+            self.kname[ino] = 0
+        self.set_narrow("size", ino, value)
+        e = self.extents.get(ino)
+        if type(e) is bytes and len(e) == _EXTENT.size and _EXTENT.unpack(e)[1] == value:
+            self.set_extents(ino, [_EXTENT.unpack(e)])
 
     def set_lookups(self, ino: int, value: int) -> None:
         """Set the kernel's reference count of an inode. The column is u8 until a count
@@ -305,7 +324,7 @@ class InodeTable:
         file offset 0 that starts in its volume's first 4 GiB (offsets are 4 KiB aligned),
         else 0."""
         f, n, vol, off, skip, rlen = e
-        if f or skip or n != rlen or off & 4095 or off >> 12 > _REC_PAGE_MASK or rlen >= 1 << 32:
+        if f or skip or n != rlen or off & 4095 or off >> 12 > _REC_PAGE_MASK or rlen >= _SIZE_TOP:
             return 0
         index = self.volume_index.get(vol)
         if index is None:
@@ -386,9 +405,9 @@ class InodeTable:
 
     def record_lengths(self, start: int = 0, stop: int | None = None) -> Iterator[int]:
         """The length of every record a file among slots [start, stop) holds whole in the
-        `rec` column (mapped by no other extent: sharing comes only from splits)."""
+        `rec` column (mapped by no other extent: sharing comes only from splits): its size."""
         whole = map(operator.and_, self.of_type(_IFREG, start, stop), map(bool, self.rec[start:stop]))
-        return itertools.compress(self.rlen[start:stop], whole)
+        return itertools.compress(self.size[start:stop], whole)
 
     def mapped_record_lengths(self) -> Iterator[int]:
         """The length of every record the other extent maps refer to, each record once."""
@@ -413,7 +432,7 @@ class InodeTable:
         self.set_narrow("nlink", ino, 2 if stat.S_ISDIR(mode) else 1)
         self.set_narrow("size", ino, 0)
         self.set_times(ino, now, now, now)
-        self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
+        self.kid[ino] = self.kname[ino] = 0
         self.live += 1
 
     def load(self, row: InodeRow) -> None:
@@ -424,16 +443,19 @@ class InodeTable:
         if old == 0:
             self.live += 1
         elif old & _IFMT != mode & _IFMT:  # a number reused for another type: drop what the old one kept
+            self._release_xattrs(self.xref(ino))
             if old & _IFMT == _IFDIR:
                 self._clear_entries(ino)
+                self.dir_xat.pop(ino, None)
             self.kid[ino] = self.kname[ino] = 0
         n = self.kind_of(mode, uid, gid)
         self.kind[ino] = n
         self.set_narrow("nlink", ino, nlink)
-        is_dir = mode & _IFMT == _IFDIR
-        self.set_narrow("size", ino, 0 if is_dir else size)  # (drops a reused number's wide size)
-        if is_dir:
+        if mode & _IFMT == _IFDIR:
+            self.set_narrow("size", ino, 0)  # (drops a reused number's wide size)
             self.size[ino] = parent  # (see COLUMNS)
+        else:
+            self.set_size(ino, size)
         self.set_times(ino, atime, mtime, ctime)
         self._set_sparse(self.rdev, ino, rdev)
         self._set_sparse(self.target, ino, target)
@@ -449,8 +471,8 @@ class InodeTable:
         kind, nlink, kind_of = self.kind, self.nlink, self.kind_of
         size, mtime = self.size, self.mtime
         atimes, ctimes, atime, ctime = self.atimes, self.ctimes, self.atime, self.ctime
-        rdevs, targets, extents, rec, rlen = self.rdev, self.target, self.extents, self.rec, self.rlen
-        xat, add = self.xat, (self.xblobs.adder() if self.keep_xattrs else None)
+        rdevs, targets, extents, rec, dir_xat = self.rdev, self.target, self.extents, self.rec, self.dir_xat
+        xat, add = self.kid, (self.xblobs.adder() if self.keep_xattrs else None)
         one, unpack = _EXTENT.size, _EXTENT.unpack
         n = 0
         numbers = self._kind_numbers
@@ -461,7 +483,8 @@ class InodeTable:
                 number = kind_of(mode, uid, gid)
                 kind = self.kind  # (wider once there are many kinds)
             kind[ino] = number
-            if mode & _IFMT == _IFDIR:
+            is_dir = mode & _IFMT == _IFDIR
+            if is_dir:
                 length = parent  # (see COLUMNS)
             mtime[ino] = m
             if 0 <= m - a < FAR and atime.typecode == "I":
@@ -480,21 +503,21 @@ class InodeTable:
                 self.set_narrow("nlink", ino, links)
                 self.set_narrow("size", ino, length)
             if x:
-                if add is None:
-                    xat[ino] = IN_CATALOG
+                ref = IN_CATALOG if add is None else add(x)
+                if is_dir:
+                    dir_xat[ino] = ref
                 else:
-                    ref = add(x)
-                    if ref > _XAT_TOP:
-                        xat = self._xat_for(ref)
+                    if ref > _KID_TOP:
+                        xat = self._wide_kid()
                     xat[ino] = ref
             if e:
                 if len(e) == one:
                     only = unpack(e)
-                    r = self._rec(only)
+                    r = self._rec(only) if only[1] == length else 0
                     if r:
                         if r > _KNAME_TOP:
                             rec = self._wide_kname()
-                        rec[ino], rlen[ino] = r, only[5]
+                        rec[ino] = r
                         continue
                 extents[ino] = e
             elif rdev:
@@ -565,10 +588,11 @@ class InodeTable:
         """Free a slot and everything kept for it."""
         if not self.exists(ino):
             return
+        self._release_xattrs(self.xref(ino))
         if self.modes[self.kind[ino]] & _IFMT == _IFDIR:
             self._clear_entries(ino)
-        self._release_xattrs(self.xat[ino])
-        self.kind[ino] = self.xat[ino] = self.kid[ino] = self.kname[ino] = 0
+            self.dir_xat.pop(ino, None)
+        self.kind[ino] = self.kid[ino] = self.kname[ino] = 0
         self.xattr_epoch += 1
         self.lookups[ino] = 0
         for sparse in (self.rdev, self.target, self._fetched, self._plain, self.extents, self.opens, self.wbuf):
@@ -593,7 +617,7 @@ class InodeTable:
             return []
         r = self.kname[ino]
         if r:
-            n = self.kid[ino]
+            n = self.size[ino]
             return [(0, n, self.volumes[r >> _REC_PAGE_BITS], (r & _REC_PAGE_MASK) << 12, 0, n)]
         e = self.extents.get(ino)
         if isinstance(e, bytes):
@@ -601,11 +625,12 @@ class InodeTable:
         return e or []
 
     def set_extents(self, ino: int, value: list[ext.Extent] | None) -> None:
-        """A regular file's new extent map."""
-        r = self._rec(value[0]) if value and len(value) == 1 else 0
+        """A regular file's new extent map (set its size first: a whole record goes in
+        `rec` only if it is as long as the file)."""
+        only = value[0] if value and len(value) == 1 else None
+        r = self._rec(only) if only and only[1] == self.size[ino] else 0
         self.set_kname(ino, r)
         if r:
-            self.kid[ino] = value[0][5]  # type: ignore[index]
             self.extents.pop(ino, None)
         elif value:
             self.extents[ino] = pack_extents(value) if len(value) <= PACKED_EXTENTS_MAX else value  # type: ignore[assignment]
@@ -621,7 +646,7 @@ class InodeTable:
     def packed_xattrs(self, ino: int) -> bytes | None:
         """An inode's xattrs, packed: from memory if changed since the last checkpoint, else
         from the catalog (through its own read connection: WAL readers never wait)."""
-        ref = self.xat[ino]
+        ref = self.xref(ino)
         if ref > IN_CATALOG:
             return self.xblobs.get(ref)
         if not ref:
@@ -634,13 +659,13 @@ class InodeTable:
 
     def xattrs_to_fetch(self, ino: int) -> bool:
         """Whether reading ino's xattrs would read the catalog (see keep_fetched)."""
-        return self.exists(ino) and self.xat[ino] == IN_CATALOG and ino not in self._fetched
+        return self.exists(ino) and self.xref(ino) == IN_CATALOG and ino not in self._fetched
 
     def keep_fetched(self, ino: int, x: bytes | None, epoch: int) -> None:
         """Keep ino's xattrs, read from the catalog off the event loop while `xattr_epoch`
         was epoch. Dropped if any xattrs changed or any slot was freed since: the read may
         have given an older value, or a freed inode's."""
-        if epoch == self.xattr_epoch and self.xat[ino] == IN_CATALOG:
+        if epoch == self.xattr_epoch and self.xref(ino) == IN_CATALOG:
             self._remember(ino, x)
 
     def _remember(self, ino: int, x: bytes | None) -> None:
@@ -663,12 +688,26 @@ class InodeTable:
         self._decoded[ino] = (x, p)
         return p
 
-    def _xat_for(self, ref: int) -> array:
-        """The `xat` column to store ref in: made i64 first if ref does not fit its u32
-        (past 32 GiB of xattr values in memory)."""
-        if ref > _XAT_TOP and self.xat.typecode == "I":
-            self.xat = array("q", self.xat)
-        return self.xat
+    def xref(self, ino: int) -> int:
+        """An inode's `xat`: where its xattrs are (see __init__)."""
+        if self.modes[self.kind[ino]] & _IFMT == _IFDIR:
+            return self.dir_xat.get(ino, 0)
+        return self.kid[ino]
+
+    def _set_xref(self, ino: int, ref: int) -> None:
+        if self.modes[self.kind[ino]] & _IFMT == _IFDIR:
+            self._set_sparse(self.dir_xat, ino, ref)
+        elif ref > _KID_TOP:
+            self._wide_kid()[ino] = ref
+        else:
+            self.kid[ino] = ref
+
+    def _wide_kid(self) -> array:
+        """The `kid` column, made i64 if it was not (an xattr reference past 32 GiB of values)."""
+        if self.kid.typecode == "I":
+            self.kid = array("q", self.kid)
+            log.info("kid: an xattr reference past u32: the column is i64 from now on")
+        return self.kid
 
     def _release_xattrs(self, ref: int) -> None:
         """Free a value's arena space (IN_CATALOG and 0 hold none)."""
@@ -677,7 +716,9 @@ class InodeTable:
 
     def xattrs_in_memory(self) -> int:
         """How many inodes have their xattr values in memory."""
-        return len(self.xat) - self.xat.count(0) - self.xat.count(IN_CATALOG) + len(self._plain)
+        refs = array(self.kid.typecode, itertools.compress(self.kid, self.not_dirs()))
+        refs.extend(self.dir_xat.values())
+        return len(refs) - refs.count(0) - refs.count(IN_CATALOG) + len(self._plain)
 
     def uncompressed(self) -> int:
         """How many inodes' xattrs wait for compress_xattrs (none once a checkpoint has
@@ -690,7 +731,7 @@ class InodeTable:
         in `_plain`, out of the arena: the arena reuses a freed run only for a string of
         its size, and the runs of these short-lived blobs, in as many sizes as Swift's
         object names have lengths, were left free (8 B per object at a million)."""
-        old = self.xat[ino]
+        old = self.xref(ino)
         self._plain.pop(ino, None)
         if packed and compressible(packed):
             self._plain[ino] = packed
@@ -699,7 +740,7 @@ class InodeTable:
             self._set_in_turn[ino] = self._turn
         else:
             ref = self.xblobs.put(packed) if packed else 0
-        self._xat_for(ref)[ino] = ref  # (0, no value, hides whatever the catalog holds)
+        self._set_xref(ino, ref)  # (0, no value, hides whatever the catalog holds)
         self._release_xattrs(old)
         self._fetched.pop(ino, None)
         self.xattr_epoch += 1
@@ -731,8 +772,7 @@ class InodeTable:
             set_in.pop(ino, None)
             x = plain_blobs.pop(ino, None)
             if x is not None:  # (else set again since, not compressible, or gone)
-                ref = blobs.put(compressed(x))
-                self._xat_for(ref)[ino] = ref
+                self._set_xref(ino, blobs.put(compressed(x)))
         return bool(pending)
 
     def next_compress_turn(self) -> None:
@@ -747,16 +787,16 @@ class InodeTable:
         they were taken (the same bytes), to read them from the catalog from now on."""
         if self.keep_xattrs:
             return
-        xat, blobs = self.xat, self.xblobs
+        blobs = self.xblobs
         for row in rows:
             ino, x = row[0], row[11]
-            ref = xat[ino]
+            ref = self.xref(ino)
             if ref > IN_CATALOG and x is not None and blobs.equals(ref, x):
                 blobs.release(ref)
-                xat[ino] = IN_CATALOG
+                self._set_xref(ino, IN_CATALOG)
             elif not ref and x is not None and self._plain.get(ino) == x:
                 del self._plain[ino]
-                xat[ino] = IN_CATALOG
+                self._set_xref(ino, IN_CATALOG)
 
     @staticmethod
     def _set_sparse(d: dict, ino: int, value: Any) -> None:
@@ -767,7 +807,7 @@ class InodeTable:
 
     # -- directory entries ------------------------------------------------------------
 
-    # Directories only: for anything else, `kid` and `kname` hold a record.
+    # Directories only: for anything else, `kid` and `kname` hold xattrs and a record.
 
     def child(self, d: int, name: bytes) -> int | None:
         big = self.dirs.get(d)
@@ -947,7 +987,7 @@ class Inode:
     @size.setter
     def size(self, value: int) -> None:
         assert not self.is_dir, "a directory has no size to set"
-        self.t.set_narrow("size", self.ino, value)
+        self.t.set_size(self.ino, value)
     atime = _time(0, "access time, ns")
     mtime = _time(1, "modification time, ns")
     ctime = _time(2, "change time, ns")

@@ -50,8 +50,8 @@ def test_image_loads_what_the_catalog_loads(tmp_path, cat, in_memory):
     assert len(from_image) == len(ns) and from_image.next_ino == ns.next_ino
     assert from_image.refs == from_catalog.refs != {}
     assert from_image.table.xattrs_in_memory() == from_catalog.table.xattrs_in_memory()
-    in_catalog = [ref == IN_CATALOG for ref in from_catalog.table.xat]
-    assert [ref == IN_CATALOG for ref in from_image.table.xat] == in_catalog[:len(from_image.table.xat)]
+    in_catalog = [from_catalog.table.xref(ino) == IN_CATALOG for ino in from_catalog.table.inos()]
+    assert [from_image.table.xref(ino) == IN_CATALOG for ino in from_image.table.inos()] == in_catalog
     assert any(in_catalog) != in_memory
     # Both reuse the same free numbers, in the same order.
     for n in range(5):
@@ -283,6 +283,29 @@ def test_image_of_an_arena_with_much_free_space_is_compacted(tmp_path, cat):
         assert loaded.child(ROOT, b"%032x" % i) == (None if i % 2 == 0 else f.ino)
 
 
+def test_directories_xattrs_come_back_from_a_compacted_image(tmp_path, cat):
+    """A directory's xattrs are in `dir_xat` (its `kid` holds an entry): the image
+    compacts the arena under them and the files' alike, and leaves the entries alone."""
+    ns = Namespace.fresh(0, 0)
+    dirs = [ns.create(ROOT, b"d%02d" % i, DIR, 0, 0) for i in range(50)]
+    files = [ns.create(d.ino, b"only", stat.S_IFREG | 0o600, 0, 0) for d in dirs]
+    for d, f in zip(dirs, files):
+        ns.setxattr(d.ino, b"user.a", b"%040x" % d.ino)
+        ns.setxattr(f.ino, b"user.b", b"%040x" % f.ino)
+    for d in dirs[::2]:
+        ns.removexattr(d.ino, b"user.a")
+    assert ns.table.xblobs.wasted() > len(ns.table.xblobs.data) // 32
+    saved(tmp_path, cat, ns)
+    table = image.take(str(tmp_path), cat.image_token, cat.stamp, True)
+    assert table is not None
+    loaded = load_namespace(cat, True, table)
+    assert loaded.table.xblobs.wasted() == 0 and len(loaded.table.dir_xat) == 25
+    assert [loaded.table.plain_xattrs(n.ino) for n in dirs + files] == \
+        [ns.table.plain_xattrs(n.ino) for n in dirs + files]
+    assert [loaded.listdir(d.ino) for d in dirs] == [[(b"only", f.ino)] for f in files]
+    assert dump(loaded) == dump(ns)
+
+
 def test_compacting_xattrs_leaves_the_inodes_whose_values_only_the_catalog_holds(tmp_path, cat):
     """Without xattrs_in_memory a checkpoint frees the values the catalog now holds (their
     `xat` becomes IN_CATALOG, which names no arena string): the image compacts the arena
@@ -302,7 +325,7 @@ def test_compacting_xattrs_leaves_the_inodes_whose_values_only_the_catalog_holds
     assert table is not None
     loaded = load_namespace(cat, False, table).table
     assert loaded.xattrs_in_memory() == 10 and loaded.xblobs.wasted() == 0
-    assert [loaded.xat[f.ino] == IN_CATALOG for f in files] == [False] * 10 + [True] * 190
+    assert [loaded.xref(f.ino) == IN_CATALOG for f in files] == [False] * 10 + [True] * 190
     assert [loaded.plain_xattrs(f.ino) for f in files] == [t.plain_xattrs(f.ino) for f in files]
 
 
@@ -361,7 +384,7 @@ def test_kinds_come_back_from_the_image(tmp_path, cat, kinds):
 @pytest.mark.parametrize("whole", [False, True])
 def test_times_and_xattrs_come_back_from_the_image(tmp_path, cat, whole):
     """`atime` and `ctime` hold distances from mtime, with far ones kept whole beside them
-    (and the far entries no slot uses), or whole times once many are far; `xat` is u32,
+    (and the far entries no slot uses), or whole times once many are far; `kid` is u32,
     or i64 past 32 GiB of xattr values. Either way, every time and value comes back
     exactly, and a far time freed before the image is reused after it."""
     ns = Namespace.fresh(0, 0)
@@ -375,13 +398,13 @@ def test_times_and_xattrs_come_back_from_the_image(tmp_path, cat, whole):
     if whole:
         ns.table.atimes._go_whole()
         ns.table.ctimes._go_whole()
-        ns.table._xat_for(1 << 32)
+        ns.table._wide_kid()
     times = {f.ino: f.times() for f in files}
     saved(tmp_path, cat, ns)
     table = image.take(str(tmp_path), cat.image_token, cat.stamp, True)
     assert table is not None
     loaded = load_namespace(cat, True, table).table
-    assert (loaded.atime.typecode, loaded.ctime.typecode, loaded.xat.typecode) == \
+    assert (loaded.atime.typecode, loaded.ctime.typecode, loaded.kid.typecode) == \
         (("q", "q", "q") if whole else ("I", "I", "I"))
     assert [loaded.plain_xattrs(f.ino) for f in files] == [ns.table.plain_xattrs(f.ino) for f in files]
     assert {ino: loaded.times(ino) for ino in times} == times

@@ -44,7 +44,7 @@ def test_rows_load_and_come_back_unchanged():
 
 def in_memory(t: InodeTable) -> dict[int, bytes]:
     """The packed xattrs a table holds in memory, by inode."""
-    held = {ino: t.packed_xattrs(ino) for ino in t.inos() if t.xat[ino] != IN_CATALOG}
+    held = {ino: t.packed_xattrs(ino) for ino in t.inos() if t.xref(ino) != IN_CATALOG}
     return {ino: x for ino, x in held.items() if x is not None}
 
 
@@ -67,7 +67,8 @@ def test_bulk_load_matches_row_by_row_load(keep_xattrs):
         bulk.load_all(map(catalog_form, sample_rows()), 8)
         bulk.fetch_xattrs = in_catalog.__getitem__
         assert in_memory(bulk) == {} and bulk.xattrs_in_memory() == 0
-        assert {ino for ino, ref in enumerate(bulk.xat) if ref == IN_CATALOG} == {i for i, x in in_catalog.items() if x}
+        assert {ino for ino in bulk.inos() if bulk.xref(ino) == IN_CATALOG} == {i for i, x in in_catalog.items() if x}
+        assert bulk.dir_xat == {6: IN_CATALOG}  # a directory's `kid` holds its entry
     bulk.load_entries([(ROOT, b"f", 2), (ROOT, b"l", 3), (6, b"only", 7)])
     for r in sample_rows():
         assert bulk.row(r[0]) == one.row(r[0])
@@ -124,6 +125,36 @@ def test_a_directory_row_keeps_its_entries_and_a_file_row_drops_them():
     assert sorted(t.children(2)) == [(b"a", 3), (b"b", 4)]
     t.load((2, REG, 0, 0, 1, 0, 1, 1, 1, 0, None, None, b"", 0))
     assert t.children(2) == [] and 2 not in t.dirs
+
+
+def test_a_directory_keeps_its_xattrs_beside_its_entries(ns):
+    """A directory's `kid` holds its entry, so its xattrs are in `dir_xat`, and anything
+    else's in its `kid`: entries and xattrs never read as each other, through changes,
+    a checkpoint that leaves the values in the catalog, and a drop."""
+    t = ns.table
+    d = ns.create(ROOT, b"d", DIR, 0, 0)
+    f = ns.create(d.ino, b"f", REG, 0, 0)
+    ns.setxattr(d.ino, b"user.d", b"dir")
+    ns.setxattr(f.ino, b"user.f", b"file")
+    assert t.kid[d.ino] == f.ino and list(t.dir_xat) == [d.ino] and t.kid[f.ino] == t.xref(f.ino) > IN_CATALOG
+    assert ns.lookup(d.ino, b"f") == f and ns.getxattr(d.ino, b"user.d") == b"dir"
+    g = ns.create(d.ino, b"g", REG, 0, 0)  # two names: one arena string
+    assert sorted(ns.listdir(d.ino)) == sorted([(b"f", f.ino), (b"g", g.ino)])
+    assert ns.getxattr(d.ino, b"user.d") == b"dir" and ns.getxattr(f.ino, b"user.f") == b"file"
+    assert t.xattrs_in_memory() == 2
+    t.keep_xattrs = False
+    t.fetch_xattrs = {d.ino: t.packed_xattrs(d.ino), f.ino: t.packed_xattrs(f.ino)}.get
+    t.checkpointed([t.row(d.ino), t.row(f.ino)])
+    assert (t.dir_xat, t.kid[f.ino], t.xattrs_in_memory()) == ({d.ino: IN_CATALOG}, IN_CATALOG, 0)
+    assert ns.getxattr(d.ino, b"user.d") == b"dir" and ns.getxattr(f.ino, b"user.f") == b"file"
+    ns.removexattr(d.ino, b"user.d")
+    assert d.ino not in t.dir_xat and Inode(t, d.ino).xattr_names() == [] and len(ns.listdir(d.ino)) == 2
+    ns.setxattr(d.ino, b"user.e", b"again")
+    used = t.xblobs.used
+    for name in (b"f", b"g"):
+        ns.release(ns.unlink(d.ino, name))
+    ns.rmdir(ROOT, b"d")
+    assert ns.release(d) and not t.dir_xat and t.xblobs.used < used
 
 
 def test_views_compare_by_inode_number(ns):
@@ -251,17 +282,30 @@ def test_replayed_rows_override_the_catalogs_xattrs():
 
 
 def test_a_file_written_whole_in_one_record_keeps_its_map_in_columns(ns):
+    """As the write path does it: the size first (at write), then the record (at flush).
+    The record's length is the file's size, so a size that moves away from it (a
+    truncate past the end) takes the map to a dict entry, and one that comes back, back."""
     t = ns.table
     f = ns.create(ROOT, b"f", REG, 0, 0)
-    ns.map_extent(f, (0, 4096, 3, 1 << 30, 0, 4096))
+    ns.map_extent(f, (0, 4096, 3, 1 << 30, 0, 4096))  # longer than the file: not whole
+    assert t.rec[f.ino] == 0 and f.extent_list() == [(0, 4096, 3, 1 << 30, 0, 4096)]
+    f.size = 4096  # now it is
     assert f.ino not in t.extents and t.rec[f.ino] and f.extent_list() == [(0, 4096, 3, 1 << 30, 0, 4096)]
     assert f.row()[12] == pack_extents([(0, 4096, 3, 1 << 30, 0, 4096)])
+    f.size = 10000  # a hole after the record
+    assert t.rec[f.ino] == 0 and f.extent_list() == [(0, 4096, 3, 1 << 30, 0, 4096)]
+    assert f.row()[12] == pack_extents([(0, 4096, 3, 1 << 30, 0, 4096)]) and f.row()[5] == 10000
+    f.size = 4096
+    assert t.rec[f.ino] and f.ino not in t.extents
+    f.size = 4196
     ns.map_extent(f, (4096, 100, 3, (1 << 30) + 8192, 0, 100))  # a second record: a dict entry
     assert t.rec[f.ino] == 0 and f.extent_list() == [(0, 4096, 3, 1 << 30, 0, 4096),
                                                      (4096, 100, 3, (1 << 30) + 8192, 0, 100)]
     ns.truncate_extents(f, 4096)
+    f.size = 4096
     assert t.rec[f.ino] and f.ino not in t.extents  # one whole record again
     ns.truncate_extents(f, 100)  # part of a record: not whole, so a dict entry
+    f.size = 100
     assert t.rec[f.ino] == 0 and f.extent_list() == [(0, 100, 3, 1 << 30, 0, 4096)]
     g = ns.create(ROOT, b"g", REG, 0, 0)
     for i in range(20):  # a long map is a list, edited in place
@@ -316,6 +360,7 @@ def test_a_number_reused_for_another_type_starts_clean(ns):
     ns.create(ROOT, b"a" * 130, REG, 0, 0)
     ns.create(ROOT, b"b" * 130, REG, 0, 0)  # too long for one arena string: the root's names are packed
     f = ns.create(ROOT, b"f", REG, 0, 0)
+    f.size = 4096
     ns.map_extent(f, (0, 4096, 3, 1 << 30, 0, 4096))
     assert t.rec[f.ino] and f.children() == [] and f.extent_list()
     used, free = t.names.used, t.names.free_lists()
@@ -327,6 +372,7 @@ def test_a_number_reused_for_another_type_starts_clean(ns):
     assert [n for n, _ in d.children()] == [b"x"]
     # A replay loading a file's row over a directory's slot, then a directory's over a file's.
     g = ns.create(ROOT, b"g", REG, 0, 0)
+    g.size = 4096
     ns.map_extent(g, (0, 4096, 3, 1 << 31, 0, 4096))
     t.load((d.ino, REG, 0, 0, 1, 4096, 1, 1, 1, 0, None, None, pack_extents([(0, 4096, 3, 1 << 32, 0, 4096)]), 0))
     assert Inode(t, d.ino).children() == [] and Inode(t, d.ino).extent_list() == [(0, 4096, 3, 1 << 32, 0, 4096)]
@@ -408,26 +454,26 @@ def test_plain_blobs_wait_outside_the_arena_until_compressed(ns):
     t.keep_xattrs = False
     ns.setxattr(f.ino, b"user.b", b"b" * 200)
     t.checkpointed([t.row(f.ino)])
-    assert (t.uncompressed(), t.xat[f.ino], t.xattrs_in_memory()) == (0, IN_CATALOG, 0)
+    assert (t.uncompressed(), t.xref(f.ino), t.xattrs_in_memory()) == (0, IN_CATALOG, 0)
 
 
-def test_a_slot_is_35_bytes():
-    """What `packfs stats` reports as the inode columns: 35 B per slot, free and headroom too;
-    39 and 43 B once `atime` and `ctime` hold whole times, 47 B once `xat` is i64 too, 51
-    once `kname` is; and the far times beside the time columns."""
+def test_a_slot_is_31_bytes():
+    """What `packfs stats` reports as the inode columns: 31 B per slot, free and headroom too;
+    35 and 39 B once `atime` and `ctime` hold whole times, 43 B once `kid` is i64 too (an
+    xattr reference past u32), 47 once `kname` is; and the far times beside the time columns."""
     t = InodeTable()
     t.grow(5000)
-    assert len(t.kind) >= 5000 and t.column_bytes() == 35 * len(t.kind)
+    assert len(t.kind) >= 5000 and t.column_bytes() == 31 * len(t.kind)
     Inode(t, 7).set_times(10**18, 0, 10**18)  # both far from mtime
-    assert t.column_bytes() == 35 * len(t.kind) + 2 * 8
+    assert t.column_bytes() == 31 * len(t.kind) + 2 * 8
     t.atimes._go_whole()
-    assert t.column_bytes() == 39 * len(t.kind) + 8
+    assert t.column_bytes() == 35 * len(t.kind) + 8
     t.ctimes._go_whole()
+    assert t.column_bytes() == 39 * len(t.kind)
+    t._wide_kid()
     assert t.column_bytes() == 43 * len(t.kind)
-    t._xat_for(1 << 32)
-    assert t.column_bytes() == 47 * len(t.kind)
     t.set_kname(9, 1 << 32)
-    assert t.column_bytes() == 51 * len(t.kind) and t.kname[9] == 1 << 32
+    assert t.column_bytes() == 47 * len(t.kind) and t.kname[9] == 1 << 32
 
 
 def test_whole_records_index_their_volumes_and_reuse_the_indexes_of_dead_ones(ns, monkeypatch):
@@ -439,6 +485,7 @@ def test_whole_records_index_their_volumes_and_reuse_the_indexes_of_dead_ones(ns
     d = ns.create(ROOT, b"d", DIR, 0, 0)
     ns.create(d.ino, b"only", REG, 0, 0)
     deep = ns.create(ROOT, b"deep", REG, 0, 0)
+    deep.size = 4096
     ns.map_extent(deep, (0, 4096, 3, 1 << 32, 0, 4096))
     assert not t.rec[deep.ino] and deep.extent_list() == [(0, 4096, 3, 1 << 32, 0, 4096)]
     monkeypatch.setattr(inodes, "VOLUME_INDEXES", 8)  # renumber after 7 volumes, not 4,095
@@ -446,6 +493,7 @@ def test_whole_records_index_their_volumes_and_reuse_the_indexes_of_dead_ones(ns
     files = []
     for vol in range(1, 21):  # one file a volume; all but the last three of these go
         f = ns.create(ROOT, b"f%d" % vol, REG, 0, 0)
+        f.size = 8192
         ns.map_extent(f, (0, 8192, (1 << 31) + vol, (vol - 1) << 12, 0, 8192))
         files.append(f)
         if vol <= 17:
@@ -455,6 +503,7 @@ def test_whole_records_index_their_volumes_and_reuse_the_indexes_of_dead_ones(ns
                                                       for vol in (18, 19, 20)]
     many = [ns.create(ROOT, b"m%d" % vol, REG, 0, 0) for vol in range((1 << 32 >> 20) + 2)]
     for vol, f in enumerate(many):
+        f.size = 4096
         ns.map_extent(f, (0, 4096, vol + 100, 4096, 0, 4096))
     assert t.kname.typecode == "q" and not t.extents.keys() - {deep.ino}
     assert all(f.extent_list() == [(0, 4096, vol + 100, 4096, 0, 4096)] for vol, f in enumerate(many))
@@ -606,9 +655,9 @@ def test_a_time_column_with_many_far_times_holds_whole_times(how, which, touched
 
 @pytest.mark.parametrize("how", ["load_all", "set_xattrs", "compress_xattrs"])
 def test_xattr_references_past_u32_make_the_column_i64(monkeypatch, how):
-    """`xat` is u32 (references in 8 B grains: 32 GiB of values); a reference past that,
-    from any of the three places that store one, makes it i64 and keeps every value."""
-    monkeypatch.setattr("packfs.inodes._XAT_TOP", 1)  # every reference is past it
+    """`xat` (`kid`) is u32 (references in 8 B grains: 32 GiB of values); a reference past
+    that, from any of the three places that store one, makes it i64 and keeps every value."""
+    monkeypatch.setattr("packfs.inodes._KID_TOP", 1)  # every reference is past it
     swift = pack_xattrs({b"user.swift.metadata": b"{'ETag': 'x', 'Content-Length': '4096'}" * 8}, compress=False)
     t = InodeTable()
     if how == "load_all":
@@ -623,9 +672,9 @@ def test_xattr_references_past_u32_make_the_column_i64(monkeypatch, how):
             t.set_xattrs(6, pack_xattrs({b"user.a": b"b"}))
             expected[6] = pack_xattrs({b"user.a": b"b"})
         else:
-            assert t.xat.typecode == "I"
-            assert t.compress_xattrs() is False and t.xat[5] > 1
-    assert t.xat.typecode == "q"
+            assert t.kid.typecode == "I"
+            assert t.compress_xattrs() is False and t.kid[5] > 1
+    assert t.kid.typecode == "q"
     assert {ino: t.plain_xattrs(ino) for ino in expected} == {ino: plain(x) for ino, x in expected.items()}
 
 
@@ -671,10 +720,10 @@ def test_the_lookup_column_widens_when_a_count_needs_it():
         t.put(ino, DIR, 0, 0, 1)
     a, b = Inode(t, 2), Inode(t, 3)
     a.lookups, b.lookups = 255, 7
-    assert t.lookups.typecode == "B" and t.column_bytes() == 35 * len(t.kind)
+    assert t.lookups.typecode == "B" and t.column_bytes() == 31 * len(t.kind)
     a.lookups += 1
     assert (a.lookups, b.lookups, t.lookups.typecode) == (256, 7, "H")
-    assert t.column_bytes() == 36 * len(t.kind)
+    assert t.column_bytes() == 32 * len(t.kind)
     b.lookups = 1 << 16
     assert (a.lookups, b.lookups, t.lookups.typecode) == (256, 1 << 16, "I")
     t.grow(len(t.kind) + 1)  # grows in its new width
