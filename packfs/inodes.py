@@ -58,29 +58,34 @@ _DECODED_MAX = 64  # inodes whose xattrs are kept decoded: a Swift GET reads the
 XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swift's: ~55-65 B)
 
 # Each column's array typecode. Inode numbers (kid, a parent) are below INO_MAX, so u32.
-# A slot is 31 B. `kid` and `kname` hold a directory's one entry. In anything else,
+# A slot is 30 B. `kid` and `kname` hold a directory's one entry. In anything else,
 # `kname` holds a regular file's one whole record (as `rec`; its length is the file's
 # size) and `kid` the inode's xattrs (as `xat`: a CountedArena reference, or
 # IN_CATALOG; a directory's are in the `dir_xat` dict). No inode needs both, so they
 # share the columns. `kname` is u32 until a value needs more (see set_kname), and `kid`
 # until an xattr reference does (past 32 GiB of xattr values). `kind`
-# numbers a (mode, uid, gid) triple in `kinds`: a disk's inodes have a handful (Swift's:
-# its directories, its files and its temporary files, of one owner); kind 0 is a free
-# slot. It is u8 until a table has more than 256 kinds, then u16, then u32 past
-# KINDS_NARROW kinds.
-# `nlink` and `size` are narrower than their values may be (see NARROW_TOPS); `lookups`
-# is u8 until a count passes 255, then wider (see set_lookups).
+# numbers a (mode, uid, gid, nlink) kind in `kinds`: a disk's inodes have a few dozen
+# (Swift's: its files, its temporary files, and its directories with each link count
+# their subdirectories give them: 2 for a hash directory, 3 or a few more for a suffix
+# directory, the top for a partition directory; of one owner); kind 0 is a free slot.
+# It is u8 until a table has more than 256 kinds, then u16, then u32 past KINDS_NARROW
+# kinds. A kind's link count is at most _NLINK_TOP, which means the inode's is in
+# `wide_nlink`.
+# `size` is narrower than its values may be (see NARROW_TOPS); `lookups` is u8 until a
+# count passes 255, then wider (see set_lookups).
 # `atime` and `ctime` hold distances from `mtime` where they fit (offsettimes.py).
 # `size` holds a directory's parent (as `parent`): a directory's size is 0, and only a
 # directory keeps its parent (for ..), so no inode needs both.
-COLUMNS = {"kind": "B", "nlink": "B", "kid": "I",
+COLUMNS = {"kind": "B", "kid": "I",
            "lookups": "B", "size": "I", "atime": "I", "mtime": "q", "ctime": "I", "kname": "I"}
 # A value at or past its narrow column's top is kept in the table's `wide_<column>` dict,
-# and the column holds the top: files of 4 GiB or more, directories with more than 252
-# subdirectories (a Swift partition directory with its suffix directories, the objects
-# directory: ~1 in 2,800 of the inodes of a million Swift objects).
-NARROW_TOPS = {"nlink": 0xFF, "size": 0xFFFFFFFF}
-_NLINK_TOP, _SIZE_TOP = NARROW_TOPS["nlink"], NARROW_TOPS["size"]
+# and the column holds the top: files of 4 GiB or more. So are link counts past 254
+# (`wide_nlink`): directories with more than 252 subdirectories (a Swift partition
+# directory with its suffix directories, the objects directory: ~1 in 2,800 of the
+# inodes of a million Swift objects).
+NARROW_TOPS = {"size": 0xFFFFFFFF}
+_SIZE_TOP = NARROW_TOPS["size"]
+_NLINK_TOP = 0xFF  # a kind's link count at or past this is the inode's in `wide_nlink`
 _KID_TOP = 0xFFFFFFFF  # `kid` is u32 until an xattr reference needs more
 IN_CATALOG = 1  # `xat` of an inode whose xattrs only the catalog holds (no arena string has this reference)
 _KNAME_TOP = 0xFFFFFFFF  # `kname` is u32 until a record or a name reference needs more (see set_kname)
@@ -110,10 +115,10 @@ class InodeTable:
 
     def __init__(self) -> None:
         self.kind = array(COLUMNS["kind"])
-        self.kinds: list[tuple[int, int, int]] = [(0, 0, 0)]  # (mode, uid, gid) by number; never shrinks
+        self.kinds: list[tuple[int, int, int, int]] = [(0, 0, 0, 0)]  # (mode, uid, gid, nlink) by number; never shrinks
         self.modes = [0]  # each kind's mode, for the many reads of one
-        self._kind_numbers = {(0, 0, 0): 0}
-        self.nlink = array(COLUMNS["nlink"])
+        self.links = [0]  # and its link count
+        self._kind_numbers = {(0, 0, 0, 0): 0}
         self.size = array(COLUMNS["size"])
         self.mtime = array(COLUMNS["mtime"])
         self.atimes = OffsetTimes("atime", after=False, mtimes=lambda: self.mtime)
@@ -186,43 +191,69 @@ class InodeTable:
         """A regular file's one whole record (see _rec), 0 if its map is elsewhere: `kname`."""
         return self.kname
 
-    def kind_of(self, mode: int, uid: int, gid: int) -> int:
-        """The number of a (mode, uid, gid) triple, new if it has none yet (the `kind`
-        column widens when it needs to: store the number after this returns)."""
-        key = (mode, uid, gid)
+    def kind_of(self, mode: int, uid: int, gid: int, nlink: int) -> int:
+        """The number of a (mode, uid, gid, nlink) kind, new if it has none yet (nlink
+        below _NLINK_TOP, or that top; the `kind` column widens when it needs to: store
+        the number after this returns)."""
+        key = (mode, uid, gid, nlink)
         n = self._kind_numbers.get(key)
         if n is None:
             assert mode, "mode 0 is a free slot's"
+            assert 0 <= nlink <= _NLINK_TOP, "a link count past the top is in wide_nlink"
             n = self._kind_numbers[key] = len(self.kinds)
             self.kinds.append(key)
             self.modes.append(mode)
+            self.links.append(nlink)
             wide = "B" if n < 256 else "H" if n < KINDS_NARROW else "I"
             if self.kind.typecode != wide:
                 self.kind = array(wide, self.kind)
         return n
 
-    def set_kinds(self, kinds: list[tuple[int, int, int]]) -> None:
-        """The triples the `kind` column numbers (a loaded image's)."""
-        kinds = [(mode, uid, gid) for mode, uid, gid in kinds]
-        if not kinds or kinds[0] != (0, 0, 0) or 0 in [k[0] for k in kinds[1:]] or len(set(kinds)) != len(kinds):
-            raise ValueError("kind 0 is not a free slot's, or a kind is not one of a kind")
+    def set_kinds(self, kinds: list[tuple[int, int, int, int]]) -> None:
+        """The kinds the `kind` column numbers (a loaded image's)."""
+        kinds = [(mode, uid, gid, nlink) for mode, uid, gid, nlink in kinds]
+        if not kinds or kinds[0] != (0, 0, 0, 0) or 0 in [k[0] for k in kinds[1:]] or len(set(kinds)) != len(kinds) \
+                or not all(0 <= k[3] <= _NLINK_TOP for k in kinds):
+            raise ValueError("kind 0 is not a free slot's, a kind is not one of a kind, or a link count is out of range")
         self.kinds = kinds
-        self.modes = [mode for mode, _, _ in kinds]
+        self.modes = [k[0] for k in kinds]
+        self.links = [k[3] for k in kinds]
         self._kind_numbers = {k: n for n, k in enumerate(kinds)}
+
+    def _set_kind(self, ino: int, mode: int, uid: int, gid: int, nlink: int) -> None:
+        """Give an inode the kind of these values (a link count past the kinds' top goes
+        to `wide_nlink`)."""
+        if nlink >= _NLINK_TOP:
+            self.wide_nlink[ino] = nlink
+            nlink = _NLINK_TOP
+        elif self.links[self.kind[ino]] == _NLINK_TOP:
+            del self.wide_nlink[ino]
+        n = self.kind_of(mode, uid, gid, nlink)
+        self.kind[ino] = n
 
     def mode_of(self, ino: int) -> int:
         return self.modes[self.kind[ino]]
 
     def set_mode(self, ino: int, mode: int) -> None:
-        """A chmod: the inode takes the kind of its new triple."""
-        _, uid, gid = self.kinds[self.kind[ino]]
-        n = self.kind_of(mode, uid, gid)
+        """A chmod: the inode takes the kind of its new mode."""
+        _, uid, gid, nlink = self.kinds[self.kind[ino]]
+        n = self.kind_of(mode, uid, gid, nlink)
         self.kind[ino] = n
 
     def set_owner(self, ino: int, uid: int, gid: int) -> None:
-        """A chown: the inode takes the kind of its new triple."""
-        n = self.kind_of(self.modes[self.kind[ino]], uid, gid)
+        """A chown: the inode takes the kind of its new owner."""
+        mode, _, _, nlink = self.kinds[self.kind[ino]]
+        n = self.kind_of(mode, uid, gid, nlink)
         self.kind[ino] = n
+
+    def nlink_of(self, ino: int) -> int:
+        n = self.links[self.kind[ino]]
+        return self.wide_nlink[ino] if n == _NLINK_TOP else n
+
+    def set_nlink(self, ino: int, value: int) -> None:
+        """A link or an unlink: the inode takes the kind of its new link count."""
+        mode, uid, gid, _ = self.kinds[self.kind[ino]]
+        self._set_kind(ino, mode, uid, gid, value)
 
     def of_type(self, fmt: int, start: int = 0, stop: int | None = None) -> bytes:
         """1 for each slot in [start, stop) whose file type is fmt (stat.S_IFDIR, ...), else 0."""
@@ -362,7 +393,7 @@ class InodeTable:
         name either, for the caller to release. One pass over the columns, without an
         Inode view per entry (0.14 against 2.4 us each): once the kernel evicts a cold
         walk's inodes, their references come back by the hundreds of thousands."""
-        lookups, nlink, kind, n = self.lookups, self.nlink, self.kind, len(self.kind)
+        lookups, links, kind, n = self.lookups, self.links, self.kind, len(self.kind)
         unused = []
         for ino, count in pairs:
             if not 0 < ino < n or not kind[ino]:
@@ -370,7 +401,7 @@ class InodeTable:
             have = lookups[ino]
             left = have - count if have > count else 0
             lookups[ino] = left
-            if not left and not nlink[ino]:
+            if not left and not links[kind[ino]]:
                 unused.append(ino)
         return unused
 
@@ -399,9 +430,8 @@ class InodeTable:
     def nameless(self, start: int = 0, stop: int | None = None) -> list[int]:
         """Live inodes with no name among slots [start, stop): unlinked while open when
         their daemon stopped, or still open or known to the kernel."""
-        nlink = self.nlink[start:stop]
-        zero = itertools.compress(range(start, start + len(nlink)), map(operator.not_, nlink))
-        return [ino for ino in zero if self.kind[ino]]  # free slots keep their last nlink
+        unlinked = self._of_kinds(bytes([m != 0 and n == 0 for m, n in zip(self.modes, self.links)]), start, stop)
+        return list(itertools.compress(range(start, start + len(unlinked)), unlinked))
 
     def record_lengths(self, start: int = 0, stop: int | None = None) -> Iterator[int]:
         """The length of every record a file among slots [start, stop) holds whole in the
@@ -427,9 +457,8 @@ class InodeTable:
         """Fill a free slot with a new, empty inode."""
         self.grow(ino + 1)
         assert self.kind[ino] == 0, f"inode {ino} is in use"
-        n = self.kind_of(mode, uid, gid)
+        n = self.kind_of(mode, uid, gid, 2 if stat.S_ISDIR(mode) else 1)
         self.kind[ino] = n
-        self.set_narrow("nlink", ino, 2 if stat.S_ISDIR(mode) else 1)
         self.set_narrow("size", ino, 0)
         self.set_times(ino, now, now, now)
         self.kid[ino] = self.kname[ino] = 0
@@ -448,9 +477,7 @@ class InodeTable:
                 self._clear_entries(ino)
                 self.dir_xat.pop(ino, None)
             self.kid[ino] = self.kname[ino] = 0
-        n = self.kind_of(mode, uid, gid)
-        self.kind[ino] = n
-        self.set_narrow("nlink", ino, nlink)
+        self._set_kind(ino, mode, uid, gid, nlink)
         if mode & _IFMT == _IFDIR:
             self.set_narrow("size", ino, 0)  # (drops a reused number's wide size)
             self.size[ino] = parent  # (see COLUMNS)
@@ -468,7 +495,7 @@ class InodeTable:
         load, about twice as fast as load() per row. Unless keep_xattrs, the rows' xattrs
         field only says whether the catalog holds any (1 or 0): the values stay there."""
         self.grow(top)
-        kind, nlink, kind_of = self.kind, self.nlink, self.kind_of
+        kind = self.kind
         size, mtime = self.size, self.mtime
         atimes, ctimes, atime, ctime = self.atimes, self.ctimes, self.atime, self.ctime
         rdevs, targets, extents, rec, dir_xat = self.rdev, self.target, self.extents, self.rec, self.dir_xat
@@ -478,11 +505,12 @@ class InodeTable:
         numbers = self._kind_numbers
         for ino, mode, uid, gid, links, length, a, m, c, rdev, target, x, e, parent in rows:
             n += 1
-            number = numbers.get((mode, uid, gid))
+            number = numbers.get((mode, uid, gid, links)) if links < _NLINK_TOP else None
             if number is None:
-                number = kind_of(mode, uid, gid)
+                self._set_kind(ino, mode, uid, gid, links)
                 kind = self.kind  # (wider once there are many kinds)
-            kind[ino] = number
+            else:
+                kind[ino] = number
             is_dir = mode & _IFMT == _IFDIR
             if is_dir:
                 length = parent  # (see COLUMNS)
@@ -497,10 +525,9 @@ class InodeTable:
             else:
                 ctimes.set(ino, c, m)
                 ctime = self.ctime
-            if links < _NLINK_TOP and length < _SIZE_TOP:
-                nlink[ino], size[ino] = links, length
+            if length < _SIZE_TOP:
+                size[ino] = length
             else:
-                self.set_narrow("nlink", ino, links)
                 self.set_narrow("size", ino, length)
             if x:
                 ref = IN_CATALOG if add is None else add(x)
@@ -547,8 +574,8 @@ class InodeTable:
 
     def stat(self, ino: int) -> tuple[int, int, int, int, int, int, int, int, int]:
         """(mode, nlink, uid, gid, rdev, size, atime, mtime, ctime): what getattr answers, in one call."""
-        mode, uid, gid = self.kinds[self.kind[ino]]
-        nlink, size = self.nlink[ino], self.size[ino]
+        mode, uid, gid, nlink = self.kinds[self.kind[ino]]
+        size = self.size[ino]
         if nlink == _NLINK_TOP:
             nlink = self.wide_nlink[ino]
         if mode & _IFMT == _IFDIR:
@@ -577,9 +604,9 @@ class InodeTable:
         self.ctimes.set(ino, now, now)
 
     def row(self, ino: int) -> InodeRow:
-        mode, uid, gid = self.kinds[self.kind[ino]]
+        mode, uid, gid, _ = self.kinds[self.kind[ino]]
         is_dir = mode & _IFMT == _IFDIR
-        return (ino, mode, uid, gid, self.get_narrow("nlink", ino), 0 if is_dir else self.get_narrow("size", ino),
+        return (ino, mode, uid, gid, self.nlink_of(ino), 0 if is_dir else self.get_narrow("size", ino),
                 *self.times(ino), self.rdev.get(ino, 0),
                 self.target.get(ino), self.packed_xattrs(ino),
                 self.packed_extents(ino) if stat.S_ISREG(mode) else None, self.size[ino] if is_dir else 0)
@@ -595,7 +622,8 @@ class InodeTable:
         self.kind[ino] = self.kid[ino] = self.kname[ino] = 0
         self.xattr_epoch += 1
         self.lookups[ino] = 0
-        for sparse in (self.rdev, self.target, self._fetched, self._plain, self.extents, self.opens, self.wbuf):
+        for sparse in (self.rdev, self.target, self._fetched, self._plain, self.extents, self.opens, self.wbuf,
+                       self.wide_nlink):
             sparse.pop(ino, None)
         self.atimes.clear(ino)
         self.ctimes.clear(ino)
@@ -898,15 +926,6 @@ class InodeTable:
         self.kid[d] = self.kname[d] = 0
 
 
-def _narrow(name: str, doc: str) -> property:
-    def get(self: "Inode") -> int:
-        return self.t.get_narrow(name, self.ino)
-
-    def set_(self: "Inode", value: int) -> None:
-        self.t.set_narrow(name, self.ino, value)
-    return property(get, set_, doc=doc)
-
-
 def _sparse(name: str, default: Any, doc: str) -> property:
     def get(self: "Inode") -> Any:
         return getattr(self.t, name).get(self.ino, default)
@@ -977,7 +996,15 @@ class Inode:
     @gid.setter
     def gid(self, value: int) -> None:
         self.t.set_owner(self.ino, self.uid, value)
-    nlink = _narrow("nlink", "link count")
+
+    @property
+    def nlink(self) -> int:
+        """link count"""
+        return self.t.nlink_of(self.ino)
+
+    @nlink.setter
+    def nlink(self, value: int) -> None:
+        self.t.set_nlink(self.ino, value)
 
     @property
     def size(self) -> int:

@@ -364,11 +364,11 @@ def test_compacting_names_keeps_the_records_files_hold_in_the_same_column(tmp_pa
 
 @pytest.mark.parametrize("kinds", [3, 300, 70_000])
 def test_kinds_come_back_from_the_image(tmp_path, cat, kinds):
-    """The kind column is u8, u16 once a table has more than 256 (mode, uid, gid)
-    triples, u32 past 65,536."""
+    """The kind column is u8, u16 once a table has more than 256 (mode, uid, gid, nlink)
+    kinds, u32 past 65,536."""
     ns = Namespace.fresh(0, 0)
     for uid in range(kinds):
-        ns.table.kind_of(stat.S_IFREG | 0o644, uid, uid + 1)
+        ns.table.kind_of(stat.S_IFREG | 0o644, uid, uid + 1, 1)
     files = [ns.create(ROOT, b"f%d" % i, stat.S_IFREG | 0o644, uid, uid + 1)
              for i, uid in enumerate((0, 1, kinds - 1))]
     files[1].mode = stat.S_IFREG | 0o600

@@ -344,10 +344,10 @@ def test_nameless_finds_live_inodes_without_links_only(ns):
     kept = ns.create(ROOT, b"kept", REG, 0, 0)
     gone = ns.create(ROOT, b"gone", REG, 0, 0)
     held = ns.create(ROOT, b"held", REG, 0, 0)
-    ns.release(ns.unlink(ROOT, b"gone"))  # freed: its slot keeps nlink 0 but is not live
+    ns.release(ns.unlink(ROOT, b"gone"))  # freed: a free slot's kind has nlink 0, but it is not live
     held.opens = 1
     ns.unlink(ROOT, b"held")  # open, so not released: live with no name
-    assert not ns.table.exists(gone.ino) and ns.table.nlink[gone.ino] == 0
+    assert not ns.table.exists(gone.ino) and ns.table.links[ns.table.kind[gone.ino]] == 0
     assert ns.table.nameless() == [held.ino]
     assert kept.ino not in ns.table.nameless()
     assert ns.table.nameless(held.ino, held.ino + 1) == [held.ino] and ns.table.nameless(0, held.ino) == []
@@ -382,10 +382,10 @@ def test_a_number_reused_for_another_type_starts_clean(ns):
     assert sorted([*t.record_lengths(), *t.mapped_record_lengths()]) == [4096]  # d's record; g is a directory now
 
 
-def test_kinds_are_numbered_triples_and_the_column_widens_past_u8_and_u16(ns):
-    """`kind` numbers (mode, uid, gid): inodes of one kind share a number, a chmod or a
-    chown of one gives it another, and the column is u8, then u16 past 256 kinds, then
-    u32 past KINDS_NARROW."""
+def test_kinds_are_numbered_and_the_column_widens_past_u8_and_u16(ns):
+    """`kind` numbers (mode, uid, gid, nlink): inodes of one kind share a number, a chmod,
+    a chown or a link of one gives it another, and the column is u8, then u16 past 256
+    kinds, then u32 past KINDS_NARROW."""
     t = ns.table
     f = ns.create(ROOT, b"f", REG, 1000, 1001)
     g = ns.create(ROOT, b"g", REG, 1000, 1001)
@@ -396,19 +396,24 @@ def test_kinds_are_numbered_triples_and_the_column_widens_past_u8_and_u16(ns):
     g.mode = stat.S_IFREG | 0o600
     assert (g.mode, g.uid, g.gid, t.stat(g.ino)[0]) == (stat.S_IFREG | 0o600, 1000, 1001, stat.S_IFREG | 0o600)
     assert t.kind.typecode == "B" and d.is_dir and not d.is_reg and g.is_reg
+    ns.link(g.ino, ROOT, b"g2")
+    assert (g.nlink, t.stat(g.ino)[1], t.row(g.ino)[4]) == (2, 2, 2) and t.kind[f.ino] != t.kind[g.ino]
+    assert t.kinds[t.kind[g.ino]] == (stat.S_IFREG | 0o600, 1000, 1001, 2)
+    ns.create(d.ino, b"sub", DIR, 1000, 1001)
+    assert d.nlink == 3 and t.kinds[t.kind[d.ino]] == (DIR, 1000, 1001, 3)
     for uid in range(300):
-        t.kind_of(REG, uid, 98)
-    assert t.kind.typecode == "H" and len(t.kind) == len(t.nlink)
+        t.kind_of(REG, uid, 98, 1)
+    assert t.kind.typecode == "H" and len(t.kind) == len(t.size)
     e = ns.create(ROOT, b"e", REG, 299, 98)
     assert t.kind[e.ino] > 255 and (e.uid, e.gid, f.gid, g.uid) == (299, 98, 7, 1000)
     assert t.of_type(stat.S_IFDIR)[d.ino] == 1 and t.of_type(stat.S_IFREG)[e.ino] == 1 == t.of_type(stat.S_IFREG)[f.ino]
     for uid in range(KINDS_NARROW):
-        t.kind_of(REG, uid, 99)
-    assert t.kind.typecode == "I" and len(t.kind) == len(t.nlink)
+        t.kind_of(REG, uid, 99, 1)
+    assert t.kind.typecode == "I" and len(t.kind) == len(t.size)
     h = ns.create(ROOT, b"h", REG, KINDS_NARROW - 1, 99)
     assert t.kind[h.ino] >= KINDS_NARROW and (h.uid, h.gid, f.gid) == (KINDS_NARROW - 1, 99, 7)
     assert t.row(h.ino)[1:4] == (REG, KINDS_NARROW - 1, 99) and (e.uid, e.gid) == (299, 98)
-    assert [*t.usage()[:2]] == [2, 4] and d.is_dir and t.of_type(stat.S_IFDIR)[d.ino] == 1
+    assert [*t.usage()[:2]] == [3, 4] and d.is_dir and t.of_type(stat.S_IFDIR)[d.ino] == 1
 
 
 def test_loaded_entries_take_their_final_form_at_once():
@@ -457,23 +462,23 @@ def test_plain_blobs_wait_outside_the_arena_until_compressed(ns):
     assert (t.uncompressed(), t.xref(f.ino), t.xattrs_in_memory()) == (0, IN_CATALOG, 0)
 
 
-def test_a_slot_is_31_bytes():
-    """What `packfs stats` reports as the inode columns: 31 B per slot, free and headroom too;
-    35 and 39 B once `atime` and `ctime` hold whole times, 43 B once `kid` is i64 too (an
-    xattr reference past u32), 47 once `kname` is; and the far times beside the time columns."""
+def test_a_slot_is_30_bytes():
+    """What `packfs stats` reports as the inode columns: 30 B per slot, free and headroom too;
+    34 and 38 B once `atime` and `ctime` hold whole times, 42 B once `kid` is i64 too (an
+    xattr reference past u32), 46 once `kname` is; and the far times beside the time columns."""
     t = InodeTable()
     t.grow(5000)
-    assert len(t.kind) >= 5000 and t.column_bytes() == 31 * len(t.kind)
+    assert len(t.kind) >= 5000 and t.column_bytes() == 30 * len(t.kind)
     Inode(t, 7).set_times(10**18, 0, 10**18)  # both far from mtime
-    assert t.column_bytes() == 31 * len(t.kind) + 2 * 8
+    assert t.column_bytes() == 30 * len(t.kind) + 2 * 8
     t.atimes._go_whole()
-    assert t.column_bytes() == 35 * len(t.kind) + 8
+    assert t.column_bytes() == 34 * len(t.kind) + 8
     t.ctimes._go_whole()
-    assert t.column_bytes() == 39 * len(t.kind)
+    assert t.column_bytes() == 38 * len(t.kind)
     t._wide_kid()
-    assert t.column_bytes() == 43 * len(t.kind)
+    assert t.column_bytes() == 42 * len(t.kind)
     t.set_kname(9, 1 << 32)
-    assert t.column_bytes() == 47 * len(t.kind) and t.kname[9] == 1 << 32
+    assert t.column_bytes() == 46 * len(t.kind) and t.kname[9] == 1 << 32
 
 
 def test_whole_records_index_their_volumes_and_reuse_the_indexes_of_dead_ones(ns, monkeypatch):
@@ -543,9 +548,10 @@ def test_a_directory_keeps_its_parent_where_a_file_keeps_its_size():
 
 
 def test_values_past_a_narrow_columns_top_are_kept_whole():
-    """A 5 GiB file, directories with 70,000 and 253 subdirectories (nlink is u8), an inode
-    the kernel holds 70,000 references to (its column widens): the narrow columns hold their top and the values live beside
-    them, through every way in and out of a slot; a reused slot forgets them."""
+    """A 5 GiB file, directories with 70,000 and 253 subdirectories (a kind's nlink stops
+    at 255), an inode the kernel holds 70,000 references to (its column widens): the
+    narrow columns and the kinds hold their top and the values live beside them,
+    through every way in and out of a slot; a freed or reused slot forgets them."""
     from packfs import image
     big, links = 5 << 30, 70_002
     t = InodeTable()
@@ -555,12 +561,13 @@ def test_values_past_a_narrow_columns_top_are_kept_whole():
                 (4, REG, 0, 0, 1, 4095, 1, 1, 1, 0, None, None, None, ROOT),
                 (5, DIR, 0, 0, 255, 0, 1, 1, 1, 0, None, None, None, ROOT),  # a partition directory's
                 (6, DIR, 0, 0, 254, 0, 1, 1, 1, 0, None, None, None, ROOT)], 7)
-    assert t.wide_nlink == {3: links, 5: 255} and Inode(t, 5).nlink == 255 and t.nlink[6] == 254
+    assert t.wide_nlink == {3: links, 5: 255} and Inode(t, 5).nlink == 255 and t.links[t.kind[6]] == 254
     Inode(t, 6).nlink += 1
     Inode(t, 5).nlink -= 1
-    assert t.wide_nlink == {3: links, 6: 255} and t.nlink[5] == 254
+    assert t.wide_nlink == {3: links, 6: 255} and t.links[t.kind[5]] == 254 == Inode(t, 5).nlink
     t.drop(5)
     t.drop(6)
+    assert t.wide_nlink == {3: links}
     f, d = Inode(t, 2), Inode(t, 3)
     f.lookups = 70_000
     assert (f.size, d.nlink, f.lookups) == (big, links, 70_000)
@@ -720,10 +727,10 @@ def test_the_lookup_column_widens_when_a_count_needs_it():
         t.put(ino, DIR, 0, 0, 1)
     a, b = Inode(t, 2), Inode(t, 3)
     a.lookups, b.lookups = 255, 7
-    assert t.lookups.typecode == "B" and t.column_bytes() == 31 * len(t.kind)
+    assert t.lookups.typecode == "B" and t.column_bytes() == 30 * len(t.kind)
     a.lookups += 1
     assert (a.lookups, b.lookups, t.lookups.typecode) == (256, 7, "H")
-    assert t.column_bytes() == 32 * len(t.kind)
+    assert t.column_bytes() == 31 * len(t.kind)
     b.lookups = 1 << 16
     assert (a.lookups, b.lookups, t.lookups.typecode) == (256, 1 << 16, "I")
     t.grow(len(t.kind) + 1)  # grows in its new width
