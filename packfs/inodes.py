@@ -742,11 +742,15 @@ class InodeTable:
         if ref > IN_CATALOG:
             self.xblobs.release(ref)
 
-    def xattrs_in_memory(self) -> int:
-        """How many inodes have their xattr values in memory."""
-        refs = array(self.kid.typecode, itertools.compress(self.kid, self.not_dirs()))
-        refs.extend(self.dir_xat.values())
-        return len(refs) - refs.count(0) - refs.count(IN_CATALOG) + len(self._plain)
+    def xattrs_in_memory(self, start: int = 0, stop: int | None = None) -> int:
+        """How many inodes among slots [start, stop) have their xattr values in memory
+        (`stats` counts a range at a time: copies of whole columns, freed at once, left
+        the daemon's RSS 6 MB higher at a million objects)."""
+        kid = self.kid[start:stop]
+        stop = start + len(kid)
+        refs = array(kid.typecode, itertools.compress(kid, self.not_dirs(start, stop)))
+        refs.extend(ref for ino, ref in self.dir_xat.items() if start <= ino < stop)
+        return len(refs) - refs.count(0) - refs.count(IN_CATALOG) + sum(start <= ino < stop for ino in self._plain)
 
     def uncompressed(self) -> int:
         """How many inodes' xattrs wait for compress_xattrs (none once a checkpoint has
