@@ -353,6 +353,24 @@ def test_nameless_finds_live_inodes_without_links_only(ns):
     assert ns.table.nameless(held.ino, held.ino + 1) == [held.ino] and ns.table.nameless(0, held.ino) == []
 
 
+def test_a_whole_record_goes_in_the_column_only_when_it_is_as_long_as_its_file():
+    """Rows from the catalog or a replay, by both ways of loading: a record followed by
+    a hole (a truncate past its end) keeps its map in `extents`, and every row comes back."""
+    rows = [(ROOT, DIR, 0, 0, 2, 0, 1, 1, 1, 0, None, None, None, ROOT),
+            (2, REG, 0, 0, 1, 4096, 1, 1, 1, 0, None, None, pack_extents([(0, 4096, 1, 8192, 0, 4096)]), 0),
+            (3, REG, 0, 0, 1, 10_000, 1, 1, 1, 0, None, None, pack_extents([(0, 4096, 1, 16384, 0, 4096)]), 0)]
+    one, bulk = InodeTable(), InodeTable()
+    for row in rows:
+        one.load(row)
+    bulk.load_all(iter(rows), 4)
+    for t in (one, bulk):
+        assert [t.row(r[0]) for r in rows] == rows
+        assert t.rec[2] and not t.rec[3] and list(t.extents) == [3]
+        assert sorted([*t.record_lengths(), *t.mapped_record_lengths()]) == [4096, 4096]
+    one.load(rows[2][:5] + (4096,) + rows[2][6:])  # replayed: truncated back to the record's end
+    assert one.rec[3] and 3 not in one.extents and one.extent_list(3) == [(0, 4096, 1, 16384, 0, 4096)]
+
+
 def test_a_number_reused_for_another_type_starts_clean(ns):
     """`kid` and `kname` are a directory's entry or a file's record: a slot that changes
     type must not read one as the other, nor free a record as a name."""
