@@ -6,8 +6,6 @@ count field.  That keeps this tolerant of the exact layout the CLI chooses.
 """
 from __future__ import annotations
 
-from packfs import fuseshim
-
 FUSE_OPS = {
     "lookup", "forget", "forget_multi", "getattr", "setattr", "readlink", "mknod", "mkdir", "unlink",
     "rmdir", "symlink", "rename", "link", "open", "read", "write", "flush", "release", "fsync",
@@ -59,10 +57,9 @@ def op_counts(stats) -> dict[str, float]:
                 best = rows
 
     walk(stats)
-    # Requests the fuse shim answered itself (a listing's end, xattrs it was handed, a
-    # created file's release) reach no handler, so the handlers' table lacks them; they
-    # are FUSE requests all the same.
-    for op, key in fuseshim.ANSWERED_IN_SHIM.items():
+    # Requests the fuse shim answered itself (a listing's end, xattrs it was handed) reach
+    # no handler, so the handlers' table lacks them; they are FUSE requests all the same.
+    for op, key in (("readdir", "listing_ends_answered_in_shim"), ("getxattr", "xattrs_answered_in_shim")):
         shim = stats.get(key) if isinstance(stats, dict) else None
         if isinstance(shim, int) and shim:
             best[op] = best.get(op, 0) + shim

@@ -25,11 +25,6 @@
  *                without OPEN or RELEASE, with FOPEN_KEEP_CACHE. It sends no RELEASE
  *                for files create() opened either: packfs gives those a handle that
  *                names the inode too (filesystem.CREATED).
- *   release      (filecache) answers at once, in C, for a handle that names an inode:
- *                until the kernel's first open has answered ENOSYS, it still sends
- *                RELEASE for the files create() opened, and packfs has nothing to do
- *                for those handles (a fresh mount that only creates files, such as
- *                fio's small files, sent one per file to the event loop).
  *   read, write, write_buf  (filecache) get INODE_HANDLE | the inode as the file handle
  *                when the kernel sends 0 (a file opened without a request), and
  *                ROOT_WRITER too in a write root sent.
@@ -85,7 +80,6 @@ static void (*next_read)(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file
 static void (*next_write)(fuse_req_t, fuse_ino_t, const char *, size_t, off_t, struct fuse_file_info *);
 static void (*next_write_buf)(fuse_req_t, fuse_ino_t, struct fuse_bufvec *, off_t, struct fuse_file_info *);
 static void (*next_getxattr)(fuse_req_t, fuse_ino_t, const char *, size_t);
-static void (*next_release)(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
 
 #define INODE_HANDLE (1ULL << 63) /* a handle that names an inode, not an open (filesystem.py) */
 #define ROOT_WRITER (1ULL << 62)  /* ... in a write root sent: it keeps set-ID bits */
@@ -142,17 +136,6 @@ static void write_buf_by_inode(fuse_req_t req, fuse_ino_t ino, struct fuse_bufve
 {
     by_inode(req, ino, fi, 1);
     next_write_buf(req, ino, bufv, off, fi);
-}
-
-static unsigned long long releases_answered;
-
-static void release_by_inode(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-    if (fi->fh & INODE_HANDLE) {
-        releases_answered++;
-        fuse_reply_err(req, 0);
-    } else
-        next_release(req, ino, fi);
 }
 
 static void opendir_enosys(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -263,7 +246,7 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
         forget_slot(slot);
     init_seen = init_offers = init_answered = killpriv = 0;
     int dircache = want_dircache && op->opendir && op->readdirplus;
-    int filecache = want_filecache && op->open && op->read && op->write && op->write_buf && op->release;
+    int filecache = want_filecache && op->open && op->read && op->write && op->write_buf;
     int xattrcache = want_xattrcache && op->getxattr;
     if (!(dircache || filecache || xattrcache) || op_size > sizeof ops || op->init == NULL)
         return next(args, op, op_size, userdata);
@@ -281,12 +264,10 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
         next_read = op->read;
         next_write = op->write;
         next_write_buf = op->write_buf;
-        next_release = op->release;
         ops.open = open_enosys;
         ops.read = read_by_inode;
         ops.write = write_by_inode;
         ops.write_buf = write_buf_by_inode;
-        ops.release = release_by_inode;
     }
     if (xattrcache) {
         next_getxattr = op->getxattr;
@@ -395,11 +376,6 @@ unsigned long long packfs_shim_xattrs_answered(void)
 int packfs_shim_caches_xattrs(void)
 {
     return installed && ops.getxattr == getxattr_cached;
-}
-
-unsigned long long packfs_shim_releases_answered(void)
-{
-    return releases_answered;
 }
 
 unsigned long long packfs_shim_ends_answered(void)

@@ -170,7 +170,6 @@ class Daemon:
                         "listing_ends_answered_in_shim": fuseshim.ends_answered(),
                         "xattrs_from_shim": fuseshim.caches_xattrs(),
                         "xattrs_answered_in_shim": fuseshim.xattrs_answered(),
-                        "releases_answered_in_shim": fuseshim.releases_answered(),
                         "fuse_waits_skipped": self.drain.skipped if self.drain else 0,
                         "device": fs.volumes.timings.report()}
             if command == "sync":

@@ -28,11 +28,6 @@ requests of a replicator's walk. When packfs's readdir has given the kernel a li
 last entry it notes the offset it handed out with it (`note_end`), and the library
 answers the readdir from that offset itself, empty, without a Python handler.
 
-Releases answered in C (with filecache): until the kernel's first open has answered
-ENOSYS, it still sends RELEASE for the files create() opened, whose handles name their
-inode (filesystem.CREATED) and need nothing of packfs: the library answers those. A
-fresh mount that only creates files (fio's small files) sent one per file to packfs.
-
 Xattrs answered in C (option xattrcache): a Swift GET or HEAD reads its file's xattrs
 with five getxattr requests (the metadata key, the key after it, the checksum key, each
 with a size probe first), ~50 us each through pyfuse3, ~8 us of it packfs's handler.
@@ -82,12 +77,6 @@ if _lib is not None:
     _lib.packfs_shim_forget_xattrs.argtypes = [ctypes.c_uint64]
     _lib.packfs_shim_forget_xattrs.restype = None
     _lib.packfs_shim_xattrs_answered.restype = ctypes.c_ulonglong
-    _lib.packfs_shim_releases_answered.restype = ctypes.c_ulonglong
-
-# The requests the library answers itself, which reach no handler, by FUSE operation:
-# the `stats` key that counts them.
-ANSWERED_IN_SHIM = {"readdir": "listing_ends_answered_in_shim", "getxattr": "xattrs_answered_in_shim",
-                    "release": "releases_answered_in_shim"}
 
 
 def enable(dircache: bool, filecache: bool, xattrcache: bool, killpriv: bool = True) -> None:
@@ -156,11 +145,6 @@ def forget_xattrs(ino: int) -> None:
 def xattrs_answered() -> int:
     """Getxattr requests the library answered (they reach no handler)."""
     return int(_lib.packfs_shim_xattrs_answered()) if _lib is not None else 0
-
-
-def releases_answered() -> int:
-    """Release requests the library answered for files create() opened (they reach no handler)."""
-    return int(_lib.packfs_shim_releases_answered()) if _lib is not None else 0
 
 
 def ends_answered() -> int:
