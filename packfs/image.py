@@ -40,7 +40,7 @@ from .inodes import InodeTable
 log = logging.getLogger(__name__)
 
 FILENAME = "namespace.img"
-VERSION = 9
+VERSION = 10
 _MAGIC = b"PKFSIMG\0"
 # magic, version, flags, token, the catalog stamp (volume, offset, seq, next_ino), slots, live inodes
 _HEADER = struct.Struct("<8sIIQ4QQQ")

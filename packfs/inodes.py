@@ -69,8 +69,11 @@ XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swi
 # their subdirectories give them: 2 for a hash directory, 3 or a few more for a suffix
 # directory, the top for a partition directory; of one owner); kind 0 is a free slot.
 # It is u8 until a table has more than 256 kinds, then u16, then u32 past KINDS_NARROW
-# kinds. A kind's link count is at most _NLINK_TOP, which means the inode's is in
-# `wide_nlink`.
+# kinds. A kind's link count is at most NLINK_TOP, which means the inode's is in
+# `wide_nlink`: a directory that grows through every count on the way to its top makes
+# a kind of each (a Swift partition directory does), so the top is low enough for a few
+# owners' directories to fit in u8 (at 255, Swift's directories of one owner and the
+# root's took 258 kinds: a Swift-like tree built without FUSE).
 # `size` is narrower than its values may be (see NARROW_TOPS); `lookups` is u8 until a
 # count passes 255, then wider (see set_lookups).
 # `atime` and `ctime` hold distances from `mtime` where they fit (offsettimes.py).
@@ -79,13 +82,14 @@ XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swi
 COLUMNS = {"kind": "B", "kid": "I",
            "lookups": "B", "size": "I", "atime": "I", "mtime": "q", "ctime": "I", "kname": "I"}
 # A value at or past its narrow column's top is kept in the table's `wide_<column>` dict,
-# and the column holds the top: files of 4 GiB or more. So are link counts past 254
-# (`wide_nlink`): directories with more than 252 subdirectories (a Swift partition
-# directory with its suffix directories, the objects directory: ~1 in 2,800 of the
-# inodes of a million Swift objects).
+# and the column holds the top: files of 4 GiB or more. So are link counts of NLINK_TOP
+# or more (`wide_nlink`): directories with more than 61 subdirectories (a Swift
+# partition directory with its suffix directories, the objects directory: ~1 in 2,800
+# of the inodes of a million Swift objects). An entry (~100 B) costs at most 1.6 B
+# more for each of those subdirectories.
 NARROW_TOPS = {"size": 0xFFFFFFFF}
 _SIZE_TOP = NARROW_TOPS["size"]
-_NLINK_TOP = 0xFF  # a kind's link count at or past this is the inode's in `wide_nlink`
+NLINK_TOP = 64  # a kind's link count at or past this is the inode's in `wide_nlink`
 _KID_TOP = 0xFFFFFFFF  # `kid` is u32 until an xattr reference needs more
 IN_CATALOG = 1  # `xat` of an inode whose xattrs only the catalog holds (no arena string has this reference)
 _KNAME_TOP = 0xFFFFFFFF  # `kname` is u32 until a record or a name reference needs more (see set_kname)
@@ -193,13 +197,13 @@ class InodeTable:
 
     def kind_of(self, mode: int, uid: int, gid: int, nlink: int) -> int:
         """The number of a (mode, uid, gid, nlink) kind, new if it has none yet (nlink
-        below _NLINK_TOP, or that top; the `kind` column widens when it needs to: store
+        below NLINK_TOP, or that top; the `kind` column widens when it needs to: store
         the number after this returns)."""
         key = (mode, uid, gid, nlink)
         n = self._kind_numbers.get(key)
         if n is None:
             assert mode, "mode 0 is a free slot's"
-            assert 0 <= nlink <= _NLINK_TOP, "a link count past the top is in wide_nlink"
+            assert 0 <= nlink <= NLINK_TOP, "a link count past the top is in wide_nlink"
             n = self._kind_numbers[key] = len(self.kinds)
             self.kinds.append(key)
             self.modes.append(mode)
@@ -213,7 +217,7 @@ class InodeTable:
         """The kinds the `kind` column numbers (a loaded image's)."""
         kinds = [(mode, uid, gid, nlink) for mode, uid, gid, nlink in kinds]
         if not kinds or kinds[0] != (0, 0, 0, 0) or 0 in [k[0] for k in kinds[1:]] or len(set(kinds)) != len(kinds) \
-                or not all(0 <= k[3] <= _NLINK_TOP for k in kinds):
+                or not all(0 <= k[3] <= NLINK_TOP for k in kinds):
             raise ValueError("kind 0 is not a free slot's, a kind is not one of a kind, or a link count is out of range")
         self.kinds = kinds
         self.modes = [k[0] for k in kinds]
@@ -223,10 +227,10 @@ class InodeTable:
     def _set_kind(self, ino: int, mode: int, uid: int, gid: int, nlink: int) -> None:
         """Give an inode the kind of these values (a link count past the kinds' top goes
         to `wide_nlink`)."""
-        if nlink >= _NLINK_TOP:
+        if nlink >= NLINK_TOP:
             self.wide_nlink[ino] = nlink
-            nlink = _NLINK_TOP
-        elif self.links[self.kind[ino]] == _NLINK_TOP:
+            nlink = NLINK_TOP
+        elif self.links[self.kind[ino]] == NLINK_TOP:
             del self.wide_nlink[ino]
         n = self.kind_of(mode, uid, gid, nlink)
         self.kind[ino] = n
@@ -248,7 +252,7 @@ class InodeTable:
 
     def nlink_of(self, ino: int) -> int:
         n = self.links[self.kind[ino]]
-        return self.wide_nlink[ino] if n == _NLINK_TOP else n
+        return self.wide_nlink[ino] if n == NLINK_TOP else n
 
     def set_nlink(self, ino: int, value: int) -> None:
         """A link or an unlink: the inode takes the kind of its new link count."""
@@ -505,7 +509,7 @@ class InodeTable:
         numbers = self._kind_numbers
         for ino, mode, uid, gid, links, length, a, m, c, rdev, target, x, e, parent in rows:
             n += 1
-            number = numbers.get((mode, uid, gid, links)) if links < _NLINK_TOP else None
+            number = numbers.get((mode, uid, gid, links)) if links < NLINK_TOP else None
             if number is None:
                 self._set_kind(ino, mode, uid, gid, links)
                 kind = self.kind  # (wider once there are many kinds)
@@ -576,7 +580,7 @@ class InodeTable:
         """(mode, nlink, uid, gid, rdev, size, atime, mtime, ctime): what getattr answers, in one call."""
         mode, uid, gid, nlink = self.kinds[self.kind[ino]]
         size = self.size[ino]
-        if nlink == _NLINK_TOP:
+        if nlink == NLINK_TOP:
             nlink = self.wide_nlink[ino]
         if mode & _IFMT == _IFDIR:
             size = 0  # the column holds its parent

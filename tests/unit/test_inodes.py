@@ -400,6 +400,19 @@ def test_a_number_reused_for_another_type_starts_clean(ns):
     assert sorted([*t.record_lengths(), *t.mapped_record_lengths()]) == [4096]  # d's record; g is a directory now
 
 
+def test_a_directory_growing_through_every_link_count_keeps_few_kinds(ns):
+    """A Swift partition directory gains its suffix directories one at a time and takes
+    a kind for each link count below NLINK_TOP: two owners' directories growing so, with
+    the files, stay in a u8 column (at a top of 255 they took more than 256 kinds)."""
+    t = ns.table
+    for owner in (0, 1000):
+        d = ns.create(ROOT, b"p%d" % owner, DIR, owner, owner)
+        for i in range(300):
+            ns.create(ns.create(d.ino, b"%03x" % i, DIR, owner, owner).ino, b"f", REG, owner, owner)
+        assert d.nlink == 302 and t.wide_nlink[d.ino] == 302 and t.stat(d.ino)[1] == 302
+    assert len(t.kinds) < 2 * inodes.NLINK_TOP + 8 and t.kind.typecode == "B"
+
+
 def test_kinds_are_numbered_and_the_column_widens_past_u8_and_u16(ns):
     """`kind` numbers (mode, uid, gid, nlink): inodes of one kind share a number, a chmod,
     a chown or a link of one gives it another, and the column is u8, then u16 past 256
@@ -566,23 +579,23 @@ def test_a_directory_keeps_its_parent_where_a_file_keeps_its_size():
 
 
 def test_values_past_a_narrow_columns_top_are_kept_whole():
-    """A 5 GiB file, directories with 70,000 and 253 subdirectories (a kind's nlink stops
-    at 255), an inode the kernel holds 70,000 references to (its column widens): the
-    narrow columns and the kinds hold their top and the values live beside them,
+    """A 5 GiB file, directories with 70,000 and 62 subdirectories (a kind's nlink stops
+    at NLINK_TOP), an inode the kernel holds 70,000 references to (its column widens):
+    the narrow columns and the kinds hold their top and the values live beside them,
     through every way in and out of a slot; a freed or reused slot forgets them."""
     from packfs import image
-    big, links = 5 << 30, 70_002
+    big, links, top = 5 << 30, 70_002, inodes.NLINK_TOP
     t = InodeTable()
     t.put(ROOT, DIR, 0, 0, 1)
     t.load((2, REG, 0, 0, 1, big, 1, 1, 1, 0, None, None, None, ROOT))
     t.load_all([(3, DIR, 0, 0, links, 0, 1, 1, 1, 0, None, None, None, ROOT),
                 (4, REG, 0, 0, 1, 4095, 1, 1, 1, 0, None, None, None, ROOT),
-                (5, DIR, 0, 0, 255, 0, 1, 1, 1, 0, None, None, None, ROOT),  # a partition directory's
-                (6, DIR, 0, 0, 254, 0, 1, 1, 1, 0, None, None, None, ROOT)], 7)
-    assert t.wide_nlink == {3: links, 5: 255} and Inode(t, 5).nlink == 255 and t.links[t.kind[6]] == 254
+                (5, DIR, 0, 0, top, 0, 1, 1, 1, 0, None, None, None, ROOT),  # a partition directory's
+                (6, DIR, 0, 0, top - 1, 0, 1, 1, 1, 0, None, None, None, ROOT)], 7)
+    assert t.wide_nlink == {3: links, 5: top} and Inode(t, 5).nlink == top and t.links[t.kind[6]] == top - 1
     Inode(t, 6).nlink += 1
     Inode(t, 5).nlink -= 1
-    assert t.wide_nlink == {3: links, 6: 255} and t.links[t.kind[5]] == 254 == Inode(t, 5).nlink
+    assert t.wide_nlink == {3: links, 6: top} and t.links[t.kind[5]] == top - 1 == Inode(t, 5).nlink
     t.drop(5)
     t.drop(6)
     assert t.wide_nlink == {3: links}
