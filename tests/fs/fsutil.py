@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -165,9 +166,11 @@ def backing_usage(packdir: Path) -> int:
     return total
 
 
-def repeat_concurrently(steps: dict[str, Callable[[], None]], seconds: float) -> list[str]:
-    """Run each step over and over in a thread of its own for `seconds`, or until one
-    raises; what was raised, as `name: error`, for the caller to assert on."""
+def repeat_concurrently(steps: dict[str, Callable[[], None]], seconds: float,
+                        enough: Callable[[], bool] = lambda: True, longest: float = 60.0) -> list[str]:
+    """Run each step over and over in a thread of its own for `seconds`, and on past them
+    until `enough()` holds (a loaded machine does less in the same time), for `longest` at
+    most, or until one raises; what was raised, as `name: error`, for the caller to assert on."""
     stop = threading.Event()
     failures: list[str] = []
 
@@ -182,7 +185,10 @@ def repeat_concurrently(steps: dict[str, Callable[[], None]], seconds: float) ->
     threads = [threading.Thread(target=run, args=item) for item in steps.items()]
     for t in threads:
         t.start()
+    started = time.monotonic()
     stop.wait(seconds)
+    while not stop.is_set() and not enough() and time.monotonic() - started < longest:
+        stop.wait(0.1)
     stop.set()
     for t in threads:
         t.join(timeout=120)

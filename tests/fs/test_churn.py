@@ -115,10 +115,13 @@ def test_mixed_operations_from_many_threads_during_checkpoints(tmp_path, options
             assert s["files"] >= 0 and "error" not in s, s
             time.sleep(0.05)
 
+        def enough() -> bool:
+            return checkpoints[0] >= 10 and all(w.ops >= 50 for w in workers)
+
         steps = {w.dir.name: w.step for w in workers} | {"checkpoint": checkpoint, "stats": stats}
-        failures = repeat_concurrently(steps, SECONDS)
+        failures = repeat_concurrently(steps, SECONDS, enough)
         assert not failures, failures[:5]
-        assert checkpoints[0] >= 10 and all(w.ops >= 50 for w in workers), (checkpoints, [w.ops for w in workers])
+        assert enough(), (checkpoints, [w.ops for w in workers])
         for w in workers:
             w.check_all()
     with mounted(tmp_path / "pack", tmp_path / "mnt", options):

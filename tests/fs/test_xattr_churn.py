@@ -114,10 +114,14 @@ def test_checkpointed_xattrs_read_in_worker_threads_stay_right_under_churn(tmp_p
 
         steps = {f"reader{i}": reader_loop() for i in range(4)}
         steps |= {"set_value": set_value, "replace_file": replace_file, "checkpoint": checkpoint}
-        failures += repeat_concurrently(steps, SECONDS)
+
+        def enough() -> bool:
+            return (counts["checkpoints"] >= 10 and counts["replaced"] >= 50 and counts["sets"] >= 50
+                    and counts["reads"] >= 500)
+
+        failures += repeat_concurrently(steps, SECONDS, enough)
         assert not failures, failures[:10]
-        assert counts["checkpoints"] >= 10 and counts["replaced"] >= 50 and counts["sets"] >= 50, counts
-        assert counts["reads"] >= 500, counts
+        assert enough(), counts
 
         for name, version in latest.items():
             assert os.getxattr(work / name, KEY) == _value(name, version)
