@@ -24,10 +24,8 @@ Only the blobs' holders decide when to compress (InodeTable.compress_xattrs).
 """
 from __future__ import annotations
 
-import codecs
 import errno
 import hashlib
-import io
 import logging
 import pickle
 import struct
@@ -35,6 +33,7 @@ import zlib
 from typing import Iterator
 
 from . import varint
+from .swiftpickle import load_metadata
 from .arena import COUNTED_MAX_LEN
 from .errors import FsError
 
@@ -163,26 +162,11 @@ _DEFLATED_PREFIX = b"\xff\xfe"  # any other blob: deflated whole, with _XZ_DICT_
 _PREFIXES = (*_XZ_DICTS, _SWIFT_PREFIX)
 
 
-class _SwiftUnpickler(pickle.Unpickler):
-    """Swift's metadata pickles build a dict of bytes with `_codecs.encode` (and `bytes`
-    for b""): nothing else may be called while reading a value an application wrote."""
-
-    def find_class(self, module: str, name: str):  # type: ignore[override]
-        if (module, name) == ("_codecs", "encode"):
-            return codecs.encode
-        if (module, name) in (("__builtin__", "bytes"), ("builtins", "bytes")):
-            return bytes
-        raise pickle.UnpicklingError(f"{module}.{name} is not in Swift's metadata")
-
-
 def _swift_items(meta: bytes) -> bytes | None:
     """The items of the dict a pickle of Swift's metadata holds, as the Swift form keeps
     them, if it is a dict of bytes that they pickle back to byte for byte (checked)."""
-    try:
-        d = _SwiftUnpickler(io.BytesIO(meta)).load()
-    except Exception:  # anything else: it stays a plain value
-        return None
-    if type(d) is not dict or not all(type(k) is bytes and type(v) is bytes for k, v in d.items()):
+    d = load_metadata(meta)
+    if d is None:  # anything else: it stays a plain value
         return None
     items = _items(d)
     if pickle.dumps(_read_items(items, 0)[0], _PICKLE_PROTOCOL) != meta:
