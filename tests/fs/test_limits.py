@@ -1,4 +1,4 @@
-"""statvfs, fsync and fsyncdir, NAME_MAX and PATH_MAX."""
+"""statvfs, fsync and fsyncdir, NAME_MAX and PATH_MAX, and a hostile xattr value."""
 from __future__ import annotations
 
 import errno
@@ -7,6 +7,9 @@ import os
 import pytest
 
 from fsutil import fsync_dir, raises_errno, read_file, write_file
+from mounts import daemon_pid
+
+from packfs import control, pack
 
 
 def test_statvfs_reflects_backing_disk(shared_mount, work):
@@ -136,3 +139,26 @@ def test_non_utf8_name(work):
     name = os.fsencode(work) + b"/bad\xff\xfename"
     write_file(name, b"x")
     assert b"bad\xff\xfename" in os.listdir(os.fsencode(work))
+
+
+def test_a_hostile_swift_metadata_value_is_kept_and_costs_the_daemon_nothing(packdir, mnt):
+    """Any user who may write a file may set its `user.swift.metadata`, and the daemon
+    reads that value as a pickle when it compresses it (at a checkpoint here). A memo
+    index of 2^26 made pickle's Unpickler fill a 1 GiB table; a call of `bytes` or of a
+    codec is refused the same way. Each value reads back as it was set."""
+    values = [
+        b"\x80\x02}r\xff\xff\xff\x03.",
+        b"\x80\x04Nr\xff\xff\xff\x030N.",
+        b"\x80\x02c__builtin__\nbytes\nJ\x00\x00\x00\x40\x85R.",
+        b"\x80\x02c_codecs\nencode\nX\x02\x00\x00\x00abX\x03\x00\x00\x00hex\x86R.",
+    ]
+    for i, value in enumerate(values):
+        write_file(mnt / f"o{i}", b"x")
+        os.setxattr(mnt / f"o{i}", "user.swift.metadata", value + b"\0" * 200)
+    pid = daemon_pid(packdir)
+    assert control.request(pack.read_marker(str(packdir))["pack_id"], "sync") == {"ok": True}
+    with open(f"/proc/{pid}/status") as f:
+        peak_kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    assert peak_kib < 512 << 10, f"the daemon's RSS peaked at {peak_kib >> 10} MiB"
+    for i, value in enumerate(values):
+        assert os.getxattr(mnt / f"o{i}", "user.swift.metadata") == value + b"\0" * 200
