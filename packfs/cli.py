@@ -162,9 +162,11 @@ def cmd_umount(args: argparse.Namespace) -> int:
     except (OSError, ValueError, IndexError):
         pid = 0
     try:
-        control.request(pack.read_marker(packdir)["pack_id"], "sync")
+        reply = control.request(pack.read_marker(packdir)["pack_id"], "sync")
     except OSError as e:
-        print(f"packfs: warning: could not checkpoint before unmounting: {e}", file=sys.stderr)
+        reply = {"error": str(e)}
+    if "error" in reply:
+        print(f"packfs: warning: could not checkpoint before unmounting: {reply['error']}", file=sys.stderr)
     r = subprocess.run(["fusermount3", "-u", os.path.abspath(args.mountpoint)], capture_output=True, text=True)
     if r.returncode:
         die(f"cannot unmount {args.mountpoint}: {r.stderr.strip()}")
@@ -185,6 +187,8 @@ def _alive(pid: int) -> bool:
 def cmd_stats(args: argparse.Namespace) -> int:
     packdir = _pack_of(args.mountpoint)
     stats = control.request(pack.read_marker(packdir)["pack_id"], "stats")
+    if "error" in stats:
+        die(f"stats of {args.mountpoint}: {stats['error']}")
     if args.json:
         print(json.dumps(stats, indent=2))
         return 0
