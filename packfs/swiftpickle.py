@@ -18,7 +18,6 @@ import struct
 _U32 = struct.Struct("<I")
 _ENCODE = object()  # the global `_codecs.encode`: bytes pickled as (str, "latin1")
 _BYTES = object()  # the global `__builtin__.bytes`: b"" pickled as bytes()
-_MARK = object()
 _GLOBALS = {b"_codecs\nencode\n": _ENCODE, b"__builtin__\nbytes\n": _BYTES}
 
 # The opcodes such a pickle holds, behind its PROTO 2 (pickletools names them).
@@ -43,6 +42,7 @@ def _load(data: bytes) -> dict[bytes, bytes] | None:
         return None
     stack: list = []
     push, pop = stack.append, stack.pop
+    marks: list[int] = []  # where each MARK still open stands in the stack
     memo: dict[int, object] = {}
     u32 = _U32.unpack_from
     pos, end = 2, len(data)
@@ -85,10 +85,12 @@ def _load(data: bytes) -> dict[bytes, bytes] | None:
         elif op == _EMPTY_DICT:
             push({})
         elif op == _MARK_OP:
-            push(_MARK)
+            marks.append(len(stack))
         elif op == _SETITEMS:
-            at = len(stack) - 1 - stack[::-1].index(_MARK)
-            items = stack[at + 1:]
+            at = marks.pop()
+            if at > len(stack):
+                raise _Malformed
+            items = stack[at:]
             del stack[at:]
             if len(items) % 2:
                 raise _Malformed
@@ -98,7 +100,7 @@ def _load(data: bytes) -> dict[bytes, bytes] | None:
             key = pop()
             _set(stack[-1], [key, value])
         elif op == _STOP:
-            if pos != end or len(stack) != 1 or type(stack[0]) is not dict:
+            if pos != end or marks or len(stack) != 1 or type(stack[0]) is not dict:
                 return None
             return stack[0]
         else:

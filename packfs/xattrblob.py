@@ -33,9 +33,9 @@ import zlib
 from typing import Iterator
 
 from . import varint
-from .swiftpickle import load_metadata
 from .arena import COUNTED_MAX_LEN
 from .errors import FsError
+from .swiftpickle import load_metadata
 
 log = logging.getLogger(__name__)
 
