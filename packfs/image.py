@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import marshal
 import mmap
-import operator
 import os
 import secrets
 import stat
@@ -112,12 +111,7 @@ def _sections(table: InodeTable, slots: int) -> Iterator[bytes | memoryview]:
     # The xattr references are `kid` for anything but a directory, then the directories'
     # (`dir_xat`), and name no string where they are IN_CATALOG.
     names, kname = _compact(table.names, table.kname[:slots], lambda: table.of_type(stat.S_IFDIR, 0, slots))
-    refs = table.kid[:slots]
-    refs.extend(table.dir_xat.values())
-
-    def naming() -> bytes:
-        holders = table.not_dirs(0, slots) + b"\1" * len(table.dir_xat)
-        return bytes(map(operator.and_, holders, map(inodes.IN_CATALOG.__lt__, refs)))
+    refs, naming = table.xattr_refs(slots)
     xblobs, refs = _compact(table.xblobs, refs, naming)
     dir_xat = dict(zip(table.dir_xat, refs[slots:]))
     columns = {"kname": kname, "kid": refs[:slots]}

@@ -3,7 +3,7 @@
 Plain, a blob is `<u16 name length><u32 value length><name><value>` per xattr. Swift
 sets two on every object (its pickled metadata, ~340 B, and that pickle's MD5), and at a
 million objects they are the largest thing the inode table holds, so blobs of
-XATTR_COMPRESS_MIN bytes or more are stored raw-deflated against a preset dictionary,
+XATTR_COMPRESS_MIN to XATTR_COMPRESS_MAX bytes are stored raw-deflated against a preset dictionary,
 behind a two-byte prefix that names the form and that no plain blob starts with (its
 first field is a name length of at most 255: its second byte is 0):
 
@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 _XHEAD = struct.Struct("<HI")
 _CRC = struct.Struct("<I")
 XATTR_COMPRESS_MIN = 128
+# Larger blobs stay plain: deflating one takes the event loop ~1 ms per 32 KiB, and any
+# user may set 64 KiB values under many names (a compressor slice of them held the loop
+# over 0.4 s). Swift's metadata is a few hundred bytes.
+XATTR_COMPRESS_MAX = 64 << 10
 XATTRS_MAX = COUNTED_MAX_LEN  # all of one inode's xattrs, packed plain: they are one arena string
 SWIFT_METADATA = b"user.swift.metadata"
 SWIFT_CHECKSUM = b"user.swift.metadata_checksum"
@@ -192,7 +196,7 @@ def is_compressed(blob: bytes) -> bool:
 
 def compressible(blob: bytes) -> bool:
     """A plain packed blob big enough to try compressing."""
-    return len(blob) >= XATTR_COMPRESS_MIN and not is_compressed(blob)
+    return XATTR_COMPRESS_MIN <= len(blob) <= XATTR_COMPRESS_MAX and not is_compressed(blob)
 
 
 def _deflate(data: bytes, zdict: bytes) -> bytes:

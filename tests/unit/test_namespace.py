@@ -481,3 +481,55 @@ def test_decoded_xattrs_are_kept_for_the_next_read_and_never_stale(ns):
     ns.setxattr(f.ino, b"user.swift.metadata_checksum", b"1" * 32)
     ns.table.compress_xattrs()
     assert ns.getxattr(f.ino, b"user.swift.metadata_checksum") == b"1" * 32
+
+
+def test_values_of_ever_other_sizes_leave_the_xattr_arena_compacted_not_grown(ns, monkeypatch):
+    """Replacing every value with one of another size frees runs that no later value
+    fits: the arena is copied without them once they outweigh the values (and
+    XATTR_COMPACT_MIN), and every reference, a directory's and one kept in the catalog's
+    place (IN_CATALOG) too, still names its value."""
+    import random
+
+    from packfs import inodes
+    monkeypatch.setattr(inodes, "XATTR_COMPACT_MIN", 1 << 20)
+    rng = random.Random(3)
+    holders = [ns.create(ROOT, b"f%d" % i, REG, 0, 0).ino for i in range(100)]
+    holders += [ns.create(ROOT, b"d%d" % i, DIR, 0, 0).ino for i in range(30)]
+    catalogued = ns.create(ROOT, b"in-catalog", REG, 0, 0).ino
+    ns.table._set_xref(catalogued, inodes.IN_CATALOG)
+    t = ns.table
+    values: dict[int, bytes] = {}
+    largest = compactions = 0
+    for _ in range(30):
+        for ino in holders:
+            values[ino] = rng.randbytes(rng.randrange(200, 8000))  # incompressible: each in the arena as it is
+            ns.setxattr(ino, b"user.x", values[ino])
+        t.compress_xattrs()
+        compactions += t.compact_xattrs()
+        largest = max(largest, len(t.xblobs.data))
+    live = sum(map(len, values.values()))
+    assert compactions >= 3 and largest < 2 * live + (1 << 20) + 8000 * len(holders), (compactions, largest, live)
+    assert t.xblobs.wasted() <= max(t.xblobs.used, 1 << 20)
+    for ino, value in values.items():
+        assert ns.getxattr(ino, b"user.x") == value
+    assert t.xref(catalogued) == inodes.IN_CATALOG
+    assert not t.compact_xattrs()  # nothing due right after
+
+
+def test_the_compressor_slice_ends_at_its_byte_budget_and_big_blobs_stay_plain(ns):
+    """Any user may set 64 KiB values under many names: a slice of 64 such blobs held the
+    loop 0.4 s, so a slice also ends once `budget` bytes are compressed, and a blob past
+    XATTR_COMPRESS_MAX is not deflated at all."""
+    from packfs.xattrblob import XATTR_COMPRESS_MAX, is_compressed, pack_xattrs
+    files = [ns.create(ROOT, b"f%d" % i, REG, 0, 0).ino for i in range(10)]
+    for ino in files:
+        ns.setxattr(ino, b"user.x", b"%02d" % ino * 10_000)  # 20 KB, compressible
+    t = ns.table
+    assert t.compress_xattrs(limit=64, budget=64 << 10)
+    assert t.uncompressed() == 6  # 4 blobs of ~20 KB passed the 64 KiB
+    assert not t.compress_xattrs(limit=64, budget=1 << 20) and t.uncompressed() == 0
+    for ino in files:
+        assert is_compressed(t.packed_xattrs(ino)) and ns.getxattr(ino, b"user.x") == b"%02d" % ino * 10_000
+    big = {b"user.a": b"a" * 40_000, b"user.b": b"b" * 40_000}
+    stored = pack_xattrs(big)
+    assert len(stored) > XATTR_COMPRESS_MAX and not is_compressed(stored)
