@@ -9,9 +9,10 @@ A reference is `offset << LEN_BITS | length`; 0 means no string, so empty string
 stored. Freed space is kept in one free list per size class (the length in grains) and
 reused by the next string of that class, last freed first. Swift's names and metadata
 come in a few sizes (32-character hashes, 21-character timestamps, ~110 B of compressed
-metadata), so the space stays reused under churn. A live arena never shrinks or moves
-a string; `compacted` makes a copy without the free space (the namespace image is
-written from one when an arena is more than an eighth free).
+metadata), so the space stays reused under churn. An arena never shrinks or moves a
+string; `compacted` makes a copy without the free space, with which the caller replaces
+it and its references (the namespace image is written from one, and the inode table
+replaces its xattr arena with one once the free space outweighs the values).
 """
 from __future__ import annotations
 
