@@ -1,13 +1,14 @@
-"""statvfs, fsync and fsyncdir, NAME_MAX and PATH_MAX, and a hostile xattr value."""
+"""statvfs, fsync and fsyncdir, NAME_MAX and PATH_MAX, and hostile xattr values."""
 from __future__ import annotations
 
 import errno
 import os
+import time
 
 import pytest
 
 from fsutil import fsync_dir, raises_errno, read_file, write_file
-from mounts import daemon_pid
+from mounts import daemon_pid, stats
 
 from packfs import control, pack
 
@@ -162,3 +163,36 @@ def test_a_hostile_swift_metadata_value_is_kept_and_costs_the_daemon_nothing(pac
     assert peak_kib < 512 << 10, f"the daemon's RSS peaked at {peak_kib >> 10} MiB"
     for i, value in enumerate(values):
         assert os.getxattr(mnt / f"o{i}", "user.swift.metadata") == value + b"\0" * 200
+
+
+def test_xattr_values_of_ever_new_sizes_do_not_grow_the_daemon_for_ever(packdir, mnt):
+    """Every replaced value frees a run of the xattr arena that only a value of its size
+    reuses. 100 MiB of xattrs of random sizes past 64 KiB (they go to the arena as they
+    are) on 40 files: the daemon compacts the arena once the free space outweighs the
+    values (and 64 MiB), instead of holding it all."""
+    import random
+    rng = random.Random(11)
+    files = [mnt / f"x{i}" for i in range(40)]
+    for f in files:
+        write_file(f, b"x")
+        os.setxattr(f, "user.a", b"a" * 40_000)
+    values: dict = {}
+    freed = 0
+    while freed < 100 << 20:
+        f = rng.choice(files)
+        freed += 40_000 + len(values.get(f, b""))
+        values[f] = rng.randbytes(rng.randrange(30_000, 60_000))
+        os.setxattr(f, "user.v", values[f])
+    fd = os.open(files[0], os.O_RDONLY)
+    try:
+        os.fsync(fd)  # a commit: the compressor's turn, and its check of the arena after it
+    finally:
+        os.close(fd)
+    deadline = time.monotonic() + 30
+    while "xattr arena compacted" not in (packdir / "packfs.log").read_text():
+        assert time.monotonic() < deadline, stats(mnt)["arena_free_bytes"]
+        time.sleep(0.1)
+    s = stats(mnt)
+    assert s["arena_free_bytes"]["xattrs"] < 64 << 20 and s["arena_bytes"]["xattrs"] < 80 << 20, s["arena_bytes"]
+    for f, value in values.items():
+        assert os.getxattr(f, "user.v") == value
