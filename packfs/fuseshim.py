@@ -131,10 +131,17 @@ def caches_xattrs() -> bool:
     return _lib is not None and bool(_lib.packfs_shim_caches_xattrs())
 
 
+# The library keeps one inode's xattrs per slot of 256: up to this many bytes each (Swift's
+# are ~500 B). One inode may hold 16 MiB of them, which every getxattr would copy.
+CACHED_XATTRS_MAX = 64 << 10
+
+
 def cache_xattrs(ino: int, plain: bytes) -> None:
     """Answer getxattr of `ino` from `plain`, its xattrs packed plain (b"": none), until
-    forget_xattrs(ino)."""
-    _lib.packfs_shim_cache_xattrs(ino, plain, len(plain))  # type: ignore[union-attr]
+    forget_xattrs(ino); unless they are past CACHED_XATTRS_MAX: its getxattrs come to
+    packfs then."""
+    if len(plain) <= CACHED_XATTRS_MAX:
+        _lib.packfs_shim_cache_xattrs(ino, plain, len(plain))  # type: ignore[union-attr]
 
 
 def forget_xattrs(ino: int) -> None:

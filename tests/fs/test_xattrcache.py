@@ -101,3 +101,20 @@ def test_noxattrcache_sends_every_getxattr_to_packfs(tmp_path):
             assert os.getxattr(f, "user.a") == b"1"
         assert requests_served(m).get("getxattr", 0) - served == 3
         assert _in_shim(m) == 0 and stats(m)["xattrs_from_shim"] is False
+
+
+def test_xattrs_past_the_cache_limit_are_answered_by_packfs(mnt):
+    """One inode may hold 16 MiB of xattrs; the shim keeps an inode's only up to
+    CACHED_XATTRS_MAX, else every getxattr would copy them all into it."""
+    from packfs.fuseshim import CACHED_XATTRS_MAX
+    f = mnt / "big"
+    f.write_bytes(b"x")
+    values = {f"user.{i}": bytes([i]) * 60_000 for i in range(3)}
+    for name, value in values.items():
+        os.setxattr(f, name, value)
+    assert sum(map(len, values.values())) > CACHED_XATTRS_MAX
+    before = _in_shim(mnt)
+    for _ in range(3):
+        for name, value in values.items():
+            assert os.getxattr(f, name) == value
+    assert _in_shim(mnt) == before
