@@ -46,15 +46,18 @@ async def _answer(conn: trio.socket.SocketType, handler: Handler) -> None:
         _, uid, _ = _PEERCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
         if uid not in (0, os.getuid()):
             log.warning("control request from uid %d refused", uid)
-            reply = {"error": f"permission denied: only root or uid {os.getuid()} may ask the daemon"}
-        else:
-            reply = await _reply(conn, handler)
+            handler = _refuse  # its request is still read: closing first broke the client's send
+        reply = await _reply(conn, handler)
         view = memoryview(json.dumps(reply).encode())
         try:
             while view:
                 view = view[await conn.send(view):]
         except OSError as e:
             log.warning("control client went away: %s", e)
+
+
+async def _refuse(command: str) -> dict:
+    return {"error": f"permission denied: only root or uid {os.getuid()} may ask the daemon"}
 
 
 async def _reply(conn: trio.socket.SocketType, handler: Handler) -> dict:

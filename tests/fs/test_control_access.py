@@ -12,12 +12,13 @@ def test_another_user_can_neither_checkpoint_nor_count(packdir, mnt):
     pack_id = pack.read_marker(str(packdir))["pack_id"]
     before = stats(mnt)["checkpoints"]
     replies = as_user(mnt, f"""
-        import socket
+        import socket, time
         result = []
         for command in ("sync", "stats"):
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.settimeout(30)
                 s.connect({control.address(pack_id)!r})
+                time.sleep(0.2)  # a daemon that answered before reading would have closed by now
                 s.sendall(json.dumps({{"command": command}}).encode())
                 s.shutdown(socket.SHUT_WR)
                 result.append(json.loads(s.recv(65536).decode()))
