@@ -312,7 +312,8 @@ class Journal:
         """
         async with self._checkpoint_lock:
             started = time.monotonic()
-            while self.ns.table.compress_xattrs(limit=64, budget=COMPRESS_SLICE_BYTES):  # the catalog and the image get them small
+            # The catalog and the image get the xattrs small.
+            while self.ns.table.compress_xattrs(limit=64, budget=COMPRESS_SLICE_BYTES):
                 await trio.lowlevel.checkpoint()
             with collector_paused():
                 appended, volume, dead = await self._write_checkpoint()
@@ -442,6 +443,8 @@ class Journal:
                 self.ns.table.next_compress_turn()
 
     def _compact_xattrs(self) -> None:
+        """Compact the xattr arena if its free space is due (InodeTable.compact_xattrs),
+        between the compressor's turns, and log what that took."""
         table = self.ns.table
         t0, before, free = time.monotonic(), len(table.xblobs.data), table.xblobs.wasted()
         if table.compact_xattrs():
