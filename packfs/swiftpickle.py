@@ -26,7 +26,7 @@ _GLOBALS = {b"_codecs\nencode\n": _ENCODE, b"__builtin__\nbytes\n": _BYTES}
 
 
 class _Malformed(Exception):
-    pass
+    """Not what pickle.dumps writes for a dict of bytes (load_metadata answers None)."""
 
 
 def load_metadata(data: bytes) -> dict[bytes, bytes] | None:
@@ -118,6 +118,7 @@ def _reduce(fn: object, args: object) -> bytes:
 
 
 def _set(target: object, items: list) -> None:
+    """SETITEM(S): keys and values, alternating, into the dict below them."""
     if type(target) is not dict:
         raise _Malformed
     for i in range(0, len(items), 2):
