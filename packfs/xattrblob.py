@@ -3,9 +3,9 @@
 Plain, a blob is `<u16 name length><u32 value length><name><value>` per xattr. Swift
 sets two on every object (its pickled metadata, ~340 B, and that pickle's MD5), and at a
 million objects they are the largest thing the inode table holds, so blobs of
-XATTR_COMPRESS_MIN to XATTR_COMPRESS_MAX bytes are stored raw-deflated against a preset dictionary,
-behind a two-byte prefix that names the form and that no plain blob starts with (its
-first field is a name length of at most 255: its second byte is 0):
+XATTR_COMPRESS_MIN to XATTR_COMPRESS_MAX bytes are stored raw-deflated against a preset
+dictionary, behind a two-byte prefix that names the form and that no plain blob starts
+with (its first field is a name length of at most 255: its second byte is 0):
 
 - `ff ff`: the plain blob, deflated with _XZ_DICT_2 (format 2: Python 2-style pickles);
 - `ff fe`: the plain blob, deflated with _XZ_DICT_3 (format 3: Swift's pickles under
