@@ -324,6 +324,7 @@ class Filesystem:
         dead = self.ns.frees + self.journal.pending_metas
         allocated = sum(self.disk.allocated_bytes(v.fd(n)) for n in v.existing())
         rss = _rss_bytes()
+        xattr_arena = t.xattr_arena_bytes()
         return {
             "files": files, "directories": dirs, "bytes": size, "inodes": len(self.ns),
             "volumes": len(v.existing()),
@@ -350,8 +351,9 @@ class Filesystem:
             # Times kept whole beside their column of distances from mtime, or None where
             # the column holds whole times (offsettimes.py).
             "far_times": {times.name: None if times.whole else times.far_count() for times in (t.atimes, t.ctimes)},
-            "arena_bytes": {"names": len(t.names.data), "xattrs": len(t.xblobs.data)},
-            "arena_free_bytes": {"names": t.names.wasted(), "xattrs": t.xblobs.wasted()},
+            # (While the xattr arena is compacted, its two copies: values moved count as free.)
+            "arena_bytes": {"names": len(t.names.data), "xattrs": xattr_arena[0]},
+            "arena_free_bytes": {"names": t.names.wasted(), "xattrs": xattr_arena[1]},
             "rss_bytes": rss, "rss_per_file": rss / max(1, files),
             "loaded_from": self.pack.loaded_from, "load_seconds": round(self.pack.load_seconds, 3),
             "recovery": {"replayed": self.pack.recovery.replayed, "orphans": self.pack.recovery.orphans,

@@ -57,6 +57,8 @@ _FETCHED_MAX = 256
 _DECODED_MAX = 64  # inodes whose xattrs are kept decoded: a Swift GET reads them ~5 times
 XATTR_GRAIN = 8  # xattr blobs take arena space in steps of this many bytes (Swift's: ~55-65 B)
 XATTR_COMPACT_MIN = 64 << 20  # freed xattr arena space worth compacting, at least (see compact_xattrs)
+XATTR_COMPACT_SLOTS = 4096  # inodes a part of a compaction goes over, at most
+XATTR_COMPACT_BYTES = 256 << 10  # and bytes of values it copies, at most
 
 # Each column's array typecode. Inode numbers (kid, a parent) are below INO_MAX, so u32.
 # A slot is 30 B. `kid` and `kname` hold a directory's one entry. In anything else,
@@ -145,6 +147,11 @@ class InodeTable:
         self.xattrs_changed: Callable[[int], None] | None = None
         self.dir_xat: dict[int, int] = {}  # a directory's `xat`, if not 0 (its `kid` holds an entry)
         self.xblobs = CountedArena(XATTR_GRAIN)
+        # While a compaction of the xattr arena runs (compact_xattrs), the values of the
+        # inodes below `_xcursor` are in `_xnew`, the others still in `xblobs`; `_xmoved`
+        # bytes of `xblobs` are values copied already.
+        self._xnew: CountedArena | None = None
+        self._xcursor = self._xmoved = 0
         self.fetch_xattrs: Callable[[int], bytes | None] = lambda ino: None  # from the catalog
         self._fetched: dict[int, bytes | None] = {}  # the last few values fetched (a GET reads them ~5 times)
         self.xattr_epoch = 0  # counts xattr changes and freed slots (see keep_fetched)
@@ -477,7 +484,7 @@ class InodeTable:
         if old == 0:
             self.live += 1
         elif old & _IFMT != mode & _IFMT:  # a number reused for another type: drop what the old one kept
-            self._release_xattrs(self.xref(ino))
+            self._release_xattrs(ino, self.xref(ino))
             if old & _IFMT == _IFDIR:
                 self._clear_entries(ino)
                 self.dir_xat.pop(ino, None)
@@ -504,6 +511,7 @@ class InodeTable:
         size, mtime = self.size, self.mtime
         atimes, ctimes, atime, ctime = self.atimes, self.ctimes, self.atime, self.ctime
         rdevs, targets, extents, rec, dir_xat = self.rdev, self.target, self.extents, self.rec, self.dir_xat
+        assert not self.compacting_xattrs, "a mount's load comes before any compaction"
         xat, add = self.kid, (self.xblobs.adder() if self.keep_xattrs else None)
         one, unpack = _EXTENT.size, _EXTENT.unpack
         n = 0
@@ -620,7 +628,7 @@ class InodeTable:
         """Free a slot and everything kept for it."""
         if not self.exists(ino):
             return
-        self._release_xattrs(self.xref(ino))
+        self._release_xattrs(ino, self.xref(ino))
         if self.modes[self.kind[ino]] & _IFMT == _IFDIR:
             self._clear_entries(ino)
             self.dir_xat.pop(ino, None)
@@ -681,7 +689,7 @@ class InodeTable:
         from the catalog (through its own read connection: WAL readers never wait)."""
         ref = self.xref(ino)
         if ref > IN_CATALOG:
-            return self.xblobs.get(ref)
+            return self._xblobs_of(ino).get(ref)
         if not ref:
             return self._plain.get(ino)
         x = self._fetched.get(ino)
@@ -742,15 +750,21 @@ class InodeTable:
             log.info("kid: an xattr reference past u32: the column is i64 from now on")
         return self.kid
 
-    def _release_xattrs(self, ref: int) -> None:
-        """Free a value's arena space (IN_CATALOG and 0 hold none)."""
+    def _xblobs_of(self, ino: int) -> CountedArena:
+        """The arena that holds ino's value (see compact_xattrs)."""
+        return self._xnew if ino < self._xcursor else self.xblobs  # type: ignore[return-value]
+
+    def _release_xattrs(self, ino: int, ref: int) -> None:
+        """Free ino's value's arena space, `ref` (IN_CATALOG and 0 hold none)."""
         if ref > IN_CATALOG:
-            self.xblobs.release(ref)
+            self._xblobs_of(ino).release(ref)
 
     def xattr_refs(self, slots: int) -> tuple[array, Callable[[], bytes]]:
         """Every xattr reference: `kid` of slots [0, slots), then the directories'
         (`dir_xat`); and a function giving 1 for those that name an arena string (a
-        directory's `kid` is no reference, IN_CATALOG and 0 name none)."""
+        directory's `kid` is no reference, IN_CATALOG and 0 name none). A compaction
+        under way is finished first: then they all name strings of `xblobs`."""
+        self.finish_compacting_xattrs()
         refs = self.kid[:slots]
         refs.extend(self.dir_xat.values())
 
@@ -759,23 +773,73 @@ class InodeTable:
             return bytes(map(operator.and_, holders, map(IN_CATALOG.__lt__, refs)))
         return refs, naming
 
-    def compact_xattrs(self) -> bool:
-        """Copy the xattr arena without its free space once that is more than the live
-        values and XATTR_COMPACT_MIN; True if it did. A freed run is reused only by a value
-        of its size class, which keeps Swift's churn in place, but values of ever other
-        sizes, which anyone who may write a file can set, grew the arena for as long as
-        the mount ran: a minute of setxattrs of random sizes left 104 of its 136 MB
-        free. One step, ~0.8 us per live value (0.79 s for a million): it waits until
-        the frees outweigh the values, so it is paid for by as many frees."""
+    @property
+    def compacting_xattrs(self) -> bool:
+        """Whether a compaction of the xattr arena is under way."""
+        return self._xnew is not None
+
+    def xattr_compaction_due(self) -> bool:
+        """Whether the xattr arena's free space is more than its live values and
+        XATTR_COMPACT_MIN. A freed run is reused only by a value of its size class, which
+        keeps Swift's churn in place, but values of ever other sizes, which anyone who may
+        write a file can set, grew the arena for as long as the mount ran: a minute of
+        setxattrs of random sizes left 104 of its 136 MB free. Waiting until the frees
+        outweigh the values makes them pay for the copy."""
         blobs = self.xblobs
-        if blobs.wasted() <= max(blobs.used, XATTR_COMPACT_MIN):
-            return False
-        slots = len(self.kid)
-        refs, naming = self.xattr_refs(slots)
-        self.xblobs, refs = blobs.compacted(refs, naming())
-        self.kid = refs[:slots]
-        self.dir_xat = dict(zip(self.dir_xat, refs[slots:]))
-        return True
+        return blobs.wasted() > max(blobs.used, XATTR_COMPACT_MIN)
+
+    def compact_xattrs(self, slots: int = XATTR_COMPACT_SLOTS, budget: int = XATTR_COMPACT_BYTES) -> bool:
+        """A part of a compaction of the xattr arena: start one if none runs and one is
+        due, then copy the values of the next `slots` inodes (fewer once `budget` bytes
+        are copied) into a new arena; True while the compaction is not done.
+
+        Copying the whole arena at once held the event loop 0.79 s at a million values
+        (~0.8 us each); in parts, requests come in between. The inodes below the cursor
+        have their values in the new arena (_xblobs_of), so a value set, freed or read
+        between two parts goes to the arena that holds it. The part that reaches the
+        last slot (the table may have grown meanwhile) puts the new arena in the old
+        one's place."""
+        if self._xnew is None:
+            if not self.xattr_compaction_due():
+                return False
+            self._xnew, self._xcursor, self._xmoved = CountedArena(XATTR_GRAIN), 0, 0
+        start, stop = self._xcursor, min(len(self.kind), self._xcursor + slots)
+        holders = self.not_dirs(start, stop)
+        if self.dir_xat:  # a directory's value is in dir_xat: look at every live slot
+            holders = self._of_kinds(bytes([m != 0 for m in self.modes]), start, stop)
+        else:
+            holders = bytes(map(operator.and_, holders, map(IN_CATALOG.__lt__, self.kid[start:stop])))
+        old, new = self.xblobs, self._xnew
+        used = new.used
+        for ino in itertools.compress(range(start, stop), holders):
+            ref = self.xref(ino)
+            if ref > IN_CATALOG:
+                value = old.get(ref)
+                self._set_xref(ino, new.append(value))
+                budget -= len(value)
+                if budget <= 0:
+                    stop = ino + 1
+                    break
+        self._xcursor = stop
+        self._xmoved += new.used - used
+        if stop < len(self.kind):
+            return True
+        self.xblobs, self._xnew, self._xcursor = new, None, 0
+        return False
+
+    def finish_compacting_xattrs(self) -> None:
+        """Do what is left of a compaction under way at once (before an image is written
+        from the arena)."""
+        if self._xnew is not None:
+            self.compact_xattrs(slots=len(self.kind), budget=1 << 62)
+
+    def xattr_arena_bytes(self) -> tuple[int, int]:
+        """(bytes, free bytes) of the xattr arena, and of the new one while a compaction
+        runs (the old one's values already copied count as free)."""
+        blobs, new = self.xblobs, self._xnew
+        if new is None:
+            return len(blobs.data), blobs.wasted()
+        return len(blobs.data) + len(new.data), blobs.wasted() + self._xmoved + new.wasted()
 
     def xattrs_in_memory(self, start: int = 0, stop: int | None = None) -> int:
         """How many inodes among slots [start, stop) have their xattr values in memory.
@@ -807,9 +871,9 @@ class InodeTable:
             self._uncompressed.add(ino)
             self._set_in_turn[ino] = self._turn
         else:
-            ref = self.xblobs.put(packed) if packed else 0
+            ref = self._xblobs_of(ino).put(packed) if packed else 0
         self._set_xref(ino, ref)  # (0, no value, hides whatever the catalog holds)
-        self._release_xattrs(old)
+        self._release_xattrs(ino, old)
         self._fetched.pop(ino, None)
         self.xattr_epoch += 1
         if self.xattrs_changed is not None:
@@ -829,7 +893,7 @@ class InodeTable:
         0.38 decompressions per PUT at concurrency 16, against 1.0 and 0 when they waited
         for the file's close; the kernel sends no close once files open without a request).
         """
-        pending, plain_blobs, blobs, set_in = self._uncompressed, self._plain, self.xblobs, self._set_in_turn
+        pending, plain_blobs, set_in = self._uncompressed, self._plain, self._set_in_turn
         if not settled_only:
             pending |= self._settling
             self._settling.clear()
@@ -841,7 +905,7 @@ class InodeTable:
             set_in.pop(ino, None)
             x = plain_blobs.pop(ino, None)
             if x is not None:  # (else set again since, not compressible, or gone)
-                self._set_xref(ino, blobs.put(compressed(x)))
+                self._set_xref(ino, self._xblobs_of(ino).put(compressed(x)))
                 budget -= len(x)
                 if budget <= 0:
                     break
@@ -859,12 +923,11 @@ class InodeTable:
         they were taken (the same bytes), to read them from the catalog from now on."""
         if self.keep_xattrs:
             return
-        blobs = self.xblobs
         for row in rows:
             ino, x = row[0], row[11]
             ref = self.xref(ino)
-            if ref > IN_CATALOG and x is not None and blobs.equals(ref, x):
-                blobs.release(ref)
+            if ref > IN_CATALOG and x is not None and self._xblobs_of(ino).equals(ref, x):
+                self._release_xattrs(ino, ref)
                 self._set_xref(ino, IN_CATALOG)
             elif not ref and x is not None and self._plain.get(ino) == x:
                 del self._plain[ino]

@@ -14,6 +14,7 @@ then, so the part of the log that recovery replays never contains a punched reco
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import gc
 import logging
@@ -152,6 +153,15 @@ async def _nothing() -> None:
     pass
 
 
+@dataclasses.dataclass
+class _Compaction:
+    """What a compaction of the xattr arena started from, for its log line."""
+    started: float
+    size: int
+    free: int
+    parts: int = 0
+
+
 class Journal:
     def __init__(self, ns: Namespace, volumes: Volumes, wb: WriteBehind, catalog: Catalog,
                  checkpoint_bytes: int, replayed: list[ext.RecordKey]) -> None:
@@ -167,6 +177,7 @@ class Journal:
         self._checkpoint_wanted = trio.Event()
         self._commit_wanted = trio.Event()
         self._compress_wanted = trio.Event()
+        self._compaction: _Compaction | None = None  # the xattr arena's, under way or last
         self._behind: Changes | None = None  # what a commit in parts took and has not staged
         ns.on_many_changes = lambda: self._commit_wanted.set()
         # Awaited once the store has freed much memory: after a checkpoint (the change sets
@@ -432,24 +443,35 @@ class Journal:
     async def run_xattr_compressor(self) -> None:
         """Background task: compress the xattrs setxattr (or a replay) stored plain, a slice
         at a time (64 of Swift's: ~3.5 ms), after each commit; Swift's metadata costs an
-        eighth as much memory then."""
+        eighth as much memory then. Between turns, compact the xattr arena in parts when
+        its free space is due (InodeTable.compact_xattrs)."""
+        table = self.ns.table
         while True:
-            if self.ns.table.compress_xattrs(limit=64, settled_only=True, budget=COMPRESS_SLICE_BYTES):
-                await trio.lowlevel.checkpoint()  # let requests in between slices
+            if table.compress_xattrs(limit=64, settled_only=True, budget=COMPRESS_SLICE_BYTES) or \
+                    self._compact_xattrs():
+                await trio.lowlevel.checkpoint()  # let requests in between slices and parts
             else:
-                self._compact_xattrs()
                 await self._compress_wanted.wait()
                 self._compress_wanted = trio.Event()
-                self.ns.table.next_compress_turn()
+                table.next_compress_turn()
 
-    def _compact_xattrs(self) -> None:
-        """Compact the xattr arena if its free space is due (InodeTable.compact_xattrs),
-        between the compressor's turns, and log what that took."""
+    def _compact_xattrs(self) -> bool:
+        """A part of the xattr arena's compaction, if one is due or under way; True while
+        it is. Logs what a whole one freed and took."""
         table = self.ns.table
-        t0, before, free = time.monotonic(), len(table.xblobs.data), table.xblobs.wasted()
+        if not table.compacting_xattrs:
+            if not table.xattr_compaction_due():
+                return False
+            size, free = table.xattr_arena_bytes()
+            self._compaction = _Compaction(time.monotonic(), size, free)
+        c = self._compaction
+        assert c is not None
+        c.parts += 1
         if table.compact_xattrs():
-            log.info("xattr arena compacted: %.1f MiB of %.1f MiB were free; %.3f s",
-                     free / 2**20, before / 2**20, time.monotonic() - t0)
+            return True
+        log.info("xattr arena compacted: %.1f MiB of %.1f MiB were free; %d parts in %.3f s", c.free / 2**20,
+                 c.size / 2**20, c.parts, time.monotonic() - c.started)
+        return False
 
     async def run_checkpointer(self) -> None:
         """Background task: checkpoint when a commit finds the log grown by `checkpoint_bytes`

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import shutil
 import stat
 from array import array
@@ -303,6 +304,30 @@ def test_directories_xattrs_come_back_from_a_compacted_image(tmp_path, cat):
     assert [loaded.table.plain_xattrs(n.ino) for n in dirs + files] == \
         [ns.table.plain_xattrs(n.ino) for n in dirs + files]
     assert [loaded.listdir(d.ino) for d in dirs] == [[(b"only", f.ino)] for f in files]
+    assert dump(loaded) == dump(ns)
+
+
+def test_an_image_written_while_the_arena_is_compacted_finishes_the_compaction_first(tmp_path, cat, monkeypatch):
+    """An unmount may come between two parts of a compaction of the xattr arena, with
+    values in both arenas: the image is written once the compaction is done, and every
+    value, a directory's too, reads back."""
+    from packfs import inodes
+    monkeypatch.setattr(inodes, "XATTR_COMPACT_MIN", 1 << 10)
+    ns = Namespace.fresh(0, 0)
+    dirs = [ns.create(ROOT, b"d%02d" % i, DIR, 0, 0) for i in range(20)]
+    files = [ns.create(d.ino, b"only", stat.S_IFREG | 0o600, 0, 0) for d in dirs]
+    t = ns.table
+    for size in (300, 200, 100):  # each size frees the last: no later value fits those runs
+        for n in dirs + files:
+            ns.setxattr(n.ino, b"user.a", random.Random(n.ino).randbytes(size))  # incompressible
+        t.compress_xattrs()
+    assert t.compact_xattrs(slots=15) and t.compacting_xattrs  # some of the values moved
+    saved(tmp_path, cat, ns)
+    assert not t.compacting_xattrs
+    loaded = load_namespace(cat, True, image.take(str(tmp_path), cat.image_token, cat.stamp, True))
+    assert [loaded.table.plain_xattrs(n.ino) for n in dirs + files] == [t.plain_xattrs(n.ino) for n in dirs + files]
+    assert [loaded.table.plain_xattrs(n.ino) for n in dirs + files] == \
+        [inodes.pack_xattrs({b"user.a": random.Random(n.ino).randbytes(100)}) for n in dirs + files]
     assert dump(loaded) == dump(ns)
 
 
