@@ -48,7 +48,11 @@
  * After libfuse's own mount this gives the session a custom I/O that reads and writes
  * /dev/fuse as libfuse would, noting whether the kernel's INIT offers the flag and
  * setting it in libfuse's INIT reply if so. packfs does what the flag promises
- * (Namespace.remove_privileges) whether the kernel agreed or not.
+ * (Namespace.remove_privileges) whether the kernel agreed or not. The same I/O asks
+ * for FUSE_DIRECT_IO_ALLOW_MMAP (Linux 6.6 and later) when the kernel offers it: a
+ * handle with direct I/O (packfs's creating handle, see direct_writes) may then be
+ * mapped MAP_SHARED, where the kernel answered ENODEV before; the kernel keeps the
+ * mapping's pages coherent with the handle's direct writes itself.
  */
 #define FUSE_USE_VERSION 31
 #define _GNU_SOURCE
@@ -87,8 +91,13 @@ static void (*next_getxattr)(fuse_req_t, fuse_ino_t, const char *, size_t);
 static int init_seen;      /* the kernel's INIT request was read: init_unique is its id */
 static uint64_t init_unique;
 static int init_offers;    /* ... and it offered FUSE_HANDLE_KILLPRIV_V2 */
+static int init_offers_mmap; /* ... and FUSE_DIRECT_IO_ALLOW_MMAP (an extended INIT's flags2) */
 static int init_answered;  /* libfuse's INIT reply went out */
 static int killpriv;       /* ... with FUSE_HANDLE_KILLPRIV_V2 set */
+static int direct_mmap;    /* ... with FUSE_DIRECT_IO_ALLOW_MMAP set */
+
+/* Linux 6.6 (protocol 7.39); libfuse 3.14's header stops at 7.38. A flags2 bit. */
+#define DIRECT_IO_ALLOW_MMAP_FLAGS2 (1u << (36 - 32))
 
 static void opendir_enosys(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 static void open_enosys(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
@@ -244,7 +253,7 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
     memset(ends, 0, sizeof ends);
     for (unsigned slot = 0; slot < XATTR_SLOTS; slot++)
         forget_slot(slot);
-    init_seen = init_offers = init_answered = killpriv = 0;
+    init_seen = init_offers = init_offers_mmap = init_answered = killpriv = direct_mmap = 0;
     int dircache = want_dircache && op->opendir && op->readdirplus;
     int filecache = want_filecache && op->open && op->read && op->write && op->write_buf;
     int xattrcache = want_xattrcache && op->getxattr;
@@ -289,27 +298,36 @@ static ssize_t read_noting_init(int fd, void *buf, size_t len, void *userdata)
             init_seen = 1;
             init_unique = in->unique;
             init_offers = (arg->flags & FUSE_HANDLE_KILLPRIV_V2) != 0;
+            init_offers_mmap = (arg->flags & FUSE_INIT_EXT) &&
+                               n >= (ssize_t)(sizeof(struct fuse_in_header) + offsetof(struct fuse_init_in, flags2) + 4) &&
+                               (arg->flags2 & DIRECT_IO_ALLOW_MMAP_FLAGS2);
         }
     }
     return n;
 }
 
-static ssize_t writev_asking_killpriv(int fd, struct iovec *iov, int count, void *userdata)
+static ssize_t writev_asking_more(int fd, struct iovec *iov, int count, void *userdata)
 {
     (void)userdata;
     if (init_seen && !init_answered && count >= 2 && iov[0].iov_len >= sizeof(struct fuse_out_header) &&
         ((struct fuse_out_header *)iov[0].iov_base)->unique == init_unique) {
         init_answered = 1;
         struct fuse_out_header *out = iov[0].iov_base;
+        struct fuse_init_out *reply = iov[1].iov_base;
         if (init_offers && out->error == 0 && iov[1].iov_len >= offsetof(struct fuse_init_out, flags) + 4) {
-            ((struct fuse_init_out *)iov[1].iov_base)->flags |= FUSE_HANDLE_KILLPRIV_V2;
+            reply->flags |= FUSE_HANDLE_KILLPRIV_V2;
             killpriv = 1;
+        }
+        if (init_offers_mmap && out->error == 0 && iov[1].iov_len >= offsetof(struct fuse_init_out, flags2) + 4) {
+            reply->flags |= FUSE_INIT_EXT; /* (libfuse sets it too when the kernel's INIT has it) */
+            reply->flags2 |= DIRECT_IO_ALLOW_MMAP_FLAGS2;
+            direct_mmap = 1;
         }
     }
     return writev(fd, iov, count);
 }
 
-static const struct fuse_custom_io killpriv_io = {.read = read_noting_init, .writev = writev_asking_killpriv};
+static const struct fuse_custom_io init_io = {.read = read_noting_init, .writev = writev_asking_more};
 
 int fuse_session_mount(struct fuse_session *se, const char *mountpoint)
 {
@@ -318,7 +336,7 @@ int fuse_session_mount(struct fuse_session *se, const char *mountpoint)
         return -1;
     int r = next(se, mountpoint);
     if (r == 0 && want_killpriv)
-        fuse_session_custom_io(se, &killpriv_io, fuse_session_fd(se)); /* the same fd: only the I/O changes */
+        fuse_session_custom_io(se, &init_io, fuse_session_fd(se)); /* the same fd: only the I/O changes */
     return r;
 }
 
@@ -401,4 +419,9 @@ int packfs_shim_zero_message_open(void)
 int packfs_shim_killpriv(void)
 {
     return killpriv;
+}
+
+int packfs_shim_direct_mmap(void)
+{
+    return direct_mmap;
 }

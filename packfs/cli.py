@@ -241,6 +241,8 @@ def format_stats(s: dict) -> str:
          else "xattrs         every getxattr reaches packfs's handler"),
         "set-ID bits    " + ("taken by packfs on write, truncate and chown (the kernel asks no getxattr per write)"
                             if s.get("killpriv_v2") else "taken as the kernel asks (cached writes cost a getxattr each)"),
+        "mappings       " + ("MAP_SHARED on any handle, the creating one's too"
+                            if s.get("direct_io_mmap") else "MAP_SHARED on a creating handle fails (ENODEV): reopen the file"),
     ]
     if s.get("broken"):
         lines.append(f"BROKEN         writes refused after an I/O error: {s['broken']}")

@@ -44,6 +44,12 @@ write() unless the filesystem takes set-ID bits and capabilities itself, which l
 (Namespace.remove_privileges): a 64 KiB stream then costs one getxattr per file
 instead of one per write.
 
+DIRECT_IO_ALLOW_MMAP (always asked for, Linux 6.6 and later): a handle with direct I/O
+(direct_writes: the handle that creates a file) cannot be mapped MAP_SHARED (ENODEV)
+unless the filesystem says it may, which libfuse 3.14 cannot either. The library says
+it in the same INIT reply; the kernel then keeps the mapping coherent with the handle's
+direct writes.
+
 The library must be in the global symbol scope before pyfuse3 binds libfuse's symbols,
 which it does when it is imported (Python loads extensions with RTLD_NOW): importing
 this module loads it there, so the daemon imports it before pyfuse3. By itself the
@@ -112,6 +118,12 @@ def killpriv() -> bool:
     """Whether the kernel of the last FUSE session left set-ID bits and file capabilities
     to packfs (HANDLE_KILLPRIV_V2; known once the kernel's INIT was answered)."""
     return _lib is not None and bool(_lib.packfs_shim_killpriv())
+
+
+def direct_mmap() -> bool:
+    """Whether the kernel of the last FUSE session lets a direct I/O handle be mapped
+    MAP_SHARED (DIRECT_IO_ALLOW_MMAP; known once the kernel's INIT was answered)."""
+    return _lib is not None and bool(_lib.packfs_shim_direct_mmap())
 
 
 def answers_listing_ends() -> bool:

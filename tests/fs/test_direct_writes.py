@@ -3,9 +3,8 @@ where files are opened by a request (nofilecache).
 
 The point is one FUSE request per write() and no copy into the page cache; the promise
 is that nothing else changes: cached readers and mappings still see every write at once, and files
-read back the same. The one visible cost, ENODEV for MAP_SHARED on such a handle, is
-documented and tested here too (a reopened read-write handle maps as before:
-test_swift_surface.test_mmap_shared_write_and_read).
+read back the same. MAP_SHARED on such a handle needs a kernel that lets the filesystem
+allow it (6.6 and later); an older one answers ENODEV, as README's direct_writes says.
 """
 from __future__ import annotations
 
@@ -90,15 +89,35 @@ def test_cached_readers_and_mappings_see_direct_writes(work):
         os.close(r)
 
 
-def test_the_creating_handle_cannot_be_mapped_shared(work):
+def test_the_creating_handle_maps_shared_where_the_kernel_allows_it(work):
+    """Linux 6.6 and later let a direct I/O handle be mapped MAP_SHARED if the filesystem
+    asks (DIRECT_IO_ALLOW_MMAP, which the fuse shim asks for): the mapping and the
+    handle's direct writes then see each other. An older kernel answers ENODEV, as
+    README's direct_writes says, and reopening the file is the way out there."""
+    allowed = stats(work.parent)["direct_io_mmap"]
+    assert allowed == (tuple(map(int, os.uname().release.split(".")[:2])) >= (6, 6))
     fd = os.open(work / "f", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        os.ftruncate(fd, 4096)
-        with raises_errno(errno.ENODEV):  # as README's direct_writes says
-            mmap.mmap(fd, 4096)
+        os.pwrite(fd, b"a" * 8192, 0)
+        if not allowed:
+            with raises_errno(errno.ENODEV):
+                mmap.mmap(fd, 8192)
+            return
+        with mmap.mmap(fd, 8192) as m:
+            assert m[:4] == b"aaaa"
+            m[:2] = b"ok"
+            m.flush()
+            assert os.pread(fd, 4, 0) == b"okaa"  # the handle reads what the mapping wrote
+            os.pwrite(fd, b"bbbb", 4096)  # and the mapping sees the handle's direct write
+            assert m[4096:4100] == b"bbbb"
     finally:
         os.close(fd)
-    fd = os.open(work / "f", os.O_RDWR)  # the documented way out: reopen it
+    assert read_file(work / "f") == b"okaa" + b"a" * 4092 + b"bbbb" + b"a" * 4092
+
+
+def test_a_reopened_handle_maps_shared(work):
+    write_file(work / "f", b"\0" * 4096)
+    fd = os.open(work / "f", os.O_RDWR)
     try:
         with mmap.mmap(fd, 4096) as m:
             m[:2] = b"ok"
