@@ -76,12 +76,13 @@ class Filesystem:
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Run the background tasks (log writer, preallocator, committer, checkpointer, xattr
-        compressor); checkpoint at once if recovery changed anything."""
+        compressor and compactor); checkpoint at once if recovery changed anything."""
         nursery.start_soon(self.volumes.run)
         nursery.start_soon(self.volumes.run_preallocator)
         nursery.start_soon(self.journal.run_checkpointer)
         nursery.start_soon(self.journal.run_committer, self.options.commit_interval)
         nursery.start_soon(self.journal.run_xattr_compressor)
+        nursery.start_soon(self.journal.run_xattr_compactor)
         nursery.start_soon(self._run_forgetter)
         if self.pack.recovery.changed:
             await self.journal.checkpoint()

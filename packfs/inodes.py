@@ -152,6 +152,7 @@ class InodeTable:
         # bytes of `xblobs` are values copied already.
         self._xnew: CountedArena | None = None
         self._xcursor = self._xmoved = 0
+        self.on_compaction_due: Callable[[], None] | None = None  # told when a free makes one due
         self.fetch_xattrs: Callable[[int], bytes | None] = lambda ino: None  # from the catalog
         self._fetched: dict[int, bytes | None] = {}  # the last few values fetched (a GET reads them ~5 times)
         self.xattr_epoch = 0  # counts xattr changes and freed slots (see keep_fetched)
@@ -755,9 +756,12 @@ class InodeTable:
         return self._xnew if ino < self._xcursor else self.xblobs  # type: ignore[return-value]
 
     def _release_xattrs(self, ino: int, ref: int) -> None:
-        """Free ino's value's arena space, `ref` (IN_CATALOG and 0 hold none)."""
+        """Free ino's value's arena space, `ref` (IN_CATALOG and 0 hold none); say so
+        when that makes a compaction due."""
         if ref > IN_CATALOG:
             self._xblobs_of(ino).release(ref)
+            if self.on_compaction_due is not None and self.xattr_compaction_due():
+                self.on_compaction_due()
 
     def xattr_refs(self, slots: int) -> tuple[array, Callable[[], bytes]]:
         """Every xattr reference: `kid` of slots [0, slots), then the directories'

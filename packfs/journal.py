@@ -443,17 +443,29 @@ class Journal:
     async def run_xattr_compressor(self) -> None:
         """Background task: compress the xattrs setxattr (or a replay) stored plain, a slice
         at a time (64 of Swift's: ~3.5 ms), after each commit; Swift's metadata costs an
-        eighth as much memory then. Between turns, compact the xattr arena in parts when
-        its free space is due (InodeTable.compact_xattrs)."""
+        eighth as much memory then."""
         table = self.ns.table
         while True:
-            if table.compress_xattrs(limit=64, settled_only=True, budget=COMPRESS_SLICE_BYTES) or \
-                    self._compact_xattrs():
-                await trio.lowlevel.checkpoint()  # let requests in between slices and parts
+            if table.compress_xattrs(limit=64, settled_only=True, budget=COMPRESS_SLICE_BYTES):
+                await trio.lowlevel.checkpoint()  # let requests in between slices
             else:
                 await self._compress_wanted.wait()
                 self._compress_wanted = trio.Event()
                 table.next_compress_turn()
+
+    async def run_xattr_compactor(self) -> None:
+        """Background task: compact the xattr arena in parts (InodeTable.compact_xattrs)
+        as soon as a freed value makes it due. Checked only after commits, as it was, a
+        minute of setxattrs without an fsync (a commit every `commit_interval`) let the
+        arena grow to 1 GiB between two checks, and the daemon's RSS with it."""
+        wanted = trio.Event()
+        self.ns.table.on_compaction_due = wanted.set
+        while True:
+            await wanted.wait()
+            wanted = trio.Event()
+            self.ns.table.on_compaction_due = wanted.set
+            while self._compact_xattrs():
+                await trio.lowlevel.checkpoint()  # let requests in between parts
 
     def _compact_xattrs(self) -> bool:
         """A part of the xattr arena's compaction, if one is due or under way; True while
