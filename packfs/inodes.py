@@ -797,8 +797,8 @@ class InodeTable:
         due, then copy the values of the next `slots` inodes (fewer once `budget` bytes
         are copied) into a new arena; True while the compaction is not done.
 
-        Copying the whole arena at once held the event loop 0.79 s at a million values
-        (~0.8 us each); in parts, requests come in between. The inodes below the cursor
+        Copying the whole arena at once held the event loop 0.8-1.1 s at a million
+        values; in parts, requests come in between. The inodes below the cursor
         have their values in the new arena (_xblobs_of), so a value set, freed or read
         between two parts goes to the arena that holds it. The part that reaches the
         last slot (the table may have grown meanwhile) puts the new arena in the old
@@ -808,11 +808,11 @@ class InodeTable:
                 return False
             self._xnew, self._xcursor, self._xmoved = CountedArena(XATTR_GRAIN), 0, 0
         start, stop = self._xcursor, min(len(self.kind), self._xcursor + slots)
-        holders = self.not_dirs(start, stop)
         if self.dir_xat:  # a directory's value is in dir_xat: look at every live slot
             holders = self._of_kinds(bytes([m != 0 for m in self.modes]), start, stop)
         else:
-            holders = bytes(map(operator.and_, holders, map(IN_CATALOG.__lt__, self.kid[start:stop])))
+            named = map(IN_CATALOG.__lt__, self.kid[start:stop])
+            holders = bytes(map(operator.and_, self.not_dirs(start, stop), named))
         old, new = self.xblobs, self._xnew
         used = new.used
         for ino in itertools.compress(range(start, stop), holders):
