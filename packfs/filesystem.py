@@ -62,7 +62,8 @@ class Filesystem:
         self.disk = disk or pack.volumes.disk
         self.ns = pack.ns
         self.volumes = pack.volumes
-        self.wb = WriteBehind(self.ns, self.volumes, options.disk_chunk_size, options.max_dirty)
+        self.wb = WriteBehind(self.ns, self.volumes, options.disk_chunk_size, options.max_dirty,
+                              kernel_times=options.writeback_cache)
         self.journal = Journal(self.ns, self.volumes, self.wb, pack.catalog, options.checkpoint_bytes,
                                pack.recovery.metas)
         self.handles: dict[int, Inode] = {}

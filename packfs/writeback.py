@@ -94,11 +94,18 @@ class Buffer:
 
 
 class WriteBehind:
-    def __init__(self, ns: Namespace, volumes: Volumes, chunk_size: int, max_dirty: int) -> None:
+    def __init__(self, ns: Namespace, volumes: Volumes, chunk_size: int, max_dirty: int,
+                 kernel_times: bool = False) -> None:
         self.ns = ns
         self.volumes = volumes
         self.chunk_size = chunk_size
         self.max_dirty = max_dirty
+        # With the kernel's writeback cache the kernel keeps a file's mtime and ctime, and
+        # sends them (a SETATTR) on fsync, on the last close and when it writes the inode
+        # back. A WRITE comes when it writes its pages back, later than the write() and
+        # often after those times: setting them then left the file with the daemon's
+        # later times, which the next mount showed (ms apart from what stat had shown).
+        self.kernel_times = kernel_times
         self.dirty: dict[int, Inode] = {}
         self.dirty_bytes = 0
 
@@ -127,7 +134,8 @@ class WriteBehind:
         self._hold(buf)
         self.dirty_bytes += grown
         node.size = max(node.size, offset + len(data))
-        node.modified(time.time_ns())
+        if not self.kernel_times:
+            node.modified(time.time_ns())
         self.ns.touch(node)
         if buf.size >= self.chunk_size:
             self._flush_chunks(node)
