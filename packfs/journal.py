@@ -455,15 +455,13 @@ class Journal:
 
     async def run_xattr_compactor(self) -> None:
         """Background task: compact the xattr arena in parts (InodeTable.compact_xattrs)
-        as soon as a freed value makes it due. Checked only after commits, as it was, a
+        as soon as a freed value makes it due. When it was checked only after commits, a
         minute of setxattrs without an fsync (a commit every `commit_interval`) let the
         arena grow to 1 GiB between two checks, and the daemon's RSS with it."""
-        wanted = trio.Event()
-        self.ns.table.on_compaction_due = wanted.set
         while True:
-            await wanted.wait()
             wanted = trio.Event()
             self.ns.table.on_compaction_due = wanted.set
+            await wanted.wait()
             while self._compact_xattrs():
                 await trio.lowlevel.checkpoint()  # let requests in between parts
 
