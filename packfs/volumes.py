@@ -61,6 +61,25 @@ class _Queued:
     sync: bool
 
 
+
+def _runs(keys: list[tuple[int, int, int]]) -> Iterator[tuple[int, int, int]]:
+    """(volume, offset, length) of the runs the records `keys` name, adjacent and repeated
+    records merged into one. Files rewritten over and over leave their old records side
+    by side: four threads doing so, ~1 GB of dead records in 20 s, made a checkpoint that
+    punched them one fallocate each take 16.8-16.9 s (a `sync`, so an unmount, waited
+    for it); in runs, 0.4-1.2 s."""
+    run_vol, run_start, run_end = -1, 0, 0
+    for vol, off, rlen in sorted(keys):
+        end = off + records.footprint(rlen)
+        if vol == run_vol and off <= run_end:
+            run_end = max(run_end, end)
+            continue
+        if run_vol >= 0:
+            yield run_vol, run_start, run_end - run_start
+        run_vol, run_start, run_end = vol, off, end
+    if run_vol >= 0:
+        yield run_vol, run_start, run_end - run_start
+
 class Volumes:
     def __init__(self, disk: Disk, directory: str, pack_id: int, volume_size: int,
                  cache_bytes: int = 64 << 20) -> None:
@@ -648,13 +667,13 @@ class Volumes:
         await trio.to_thread.run_sync(self.punch_now, keys, before_volume)
 
     def punch_now(self, keys: list[tuple[int, int, int]], before_volume: int) -> None:
-        """Punch (blocking; also used by recovery); punching a hole twice is harmless."""
+        """Punch (blocking; also used by recovery); punching a hole twice is harmless.
+        Dead records that lie next to each other go in one punch (_runs)."""
         present = set(self.existing())
         touched = set()
-        for vol, off, rlen in keys:
+        for vol, off, size in _runs(keys):
             if vol not in present:
                 continue  # removed with its whole volume already
-            size = records.footprint(rlen)
             try:
                 self.disk.punch_hole(self.fd(vol), off, size)
             except OSError as e:  # the space stays used; fsck --repair can punch it later
