@@ -61,7 +61,6 @@ class _Queued:
     sync: bool
 
 
-
 def _runs(keys: list[tuple[int, int, int]]) -> Iterator[tuple[int, int, int]]:
     """(volume, offset, length) of the runs the records `keys` name, adjacent and repeated
     records merged into one. Files rewritten over and over leave their old records side
@@ -79,6 +78,7 @@ def _runs(keys: list[tuple[int, int, int]]) -> Iterator[tuple[int, int, int]]:
         run_vol, run_start, run_end = vol, off, end
     if run_vol >= 0:
         yield run_vol, run_start, run_end - run_start
+
 
 class Volumes:
     def __init__(self, disk: Disk, directory: str, pack_id: int, volume_size: int,
