@@ -175,11 +175,13 @@ class Filesystem:
         """Change attributes; privileged: the caller may keep set-ID bits (CAP_FSETID)."""
         node = self.ns.get(ino)
         now = time.time_ns()
+        resized = False
         if change.size is not None:
             if node.is_dir:
                 raise FsError(errno.EISDIR)
             if not node.is_reg:
                 raise FsError(errno.EINVAL)
+            resized = change.size != node.size
             self.wb.truncate(node, change.size)
         if change.mode is not None:
             node.mode = stat.S_IFMT(node.mode) | stat.S_IMODE(change.mode)
@@ -191,12 +193,18 @@ class Filesystem:
             self.ns.remove_privileges(node, setid=not privileged)
         if (change.uid is not None or change.gid is not None) and not node.is_dir:
             self.ns.remove_privileges(node, setid=True)  # a chown takes them even from root
-        atime, mtime, _ = node.times()
-        if change.size is not None:
-            mtime = now
+        atime, mtime, ctime = node.times()
+        # As XFS and ext4 do, truncate(2) changes the times only if it changes the size
+        # (ftruncate and an O_TRUNC open ask for them). With the writeback cache the
+        # kernel keeps a file's times and sends them whenever it changes them, and its
+        # size may run ahead of ours: times of our own would differ from what stat showed.
+        if resized and not (self.wb.kernel_times and node.is_reg):
+            mtime = ctime = now
+        if any(v is not None for v in (change.mode, change.uid, change.gid, change.atime, change.mtime)):
+            ctime = now
         node.set_times(atime if change.atime is None else change.atime,
                        mtime if change.mtime is None else change.mtime,
-                       now if change.ctime is None else change.ctime)
+                       ctime if change.ctime is None else change.ctime)
         self.ns.touch(node)
         return node
 

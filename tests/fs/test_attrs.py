@@ -120,6 +120,31 @@ def test_the_times_stat_shows_are_the_times_the_next_mount_shows(tmp_path, optio
             assert (st.st_mtime_ns, st.st_ctime_ns, st.st_size) == times, name
 
 
+@pytest.mark.parametrize("options", ["", "writeback_cache,nodirect_writes"])
+def test_truncate_changes_the_times_only_when_it_changes_the_size(tmp_path, options):
+    """As on XFS and ext4. With the writeback cache the kernel sends no times for a
+    truncate(2) to the size it knows, and the daemon's own had shown after a remount."""
+    pack, mnt = tmp_path / "pack", tmp_path / "mnt"
+    with mounted(pack, mnt, options) as m:
+        for name, size in [("empty", 0), ("full", 5000)]:
+            write_file(m / name, b"x" * size)
+            os.utime(m / name, ns=(1_000_000_001, 2_000_000_002))
+            ctime = os.stat(m / name).st_ctime_ns
+            time.sleep(0.005)
+            os.truncate(m / name, size)
+            st = os.stat(m / name)
+            assert (st.st_atime_ns, st.st_mtime_ns, st.st_ctime_ns) == (1_000_000_001, 2_000_000_002, ctime)
+        os.truncate(m / "full", 10)
+        resized = os.stat(m / "full")
+        assert resized.st_mtime_ns > 2_000_000_002 and resized.st_ctime_ns == resized.st_mtime_ns
+        shown = {n: os.stat(m / n) for n in ("empty", "full")}
+    with mounted(pack, mnt, options) as m:
+        for name, st in shown.items():
+            again = os.stat(m / name)
+            assert (again.st_mtime_ns, again.st_ctime_ns, again.st_size) == \
+                (st.st_mtime_ns, st.st_ctime_ns, st.st_size), name
+
+
 def test_create_unlink_update_parent_mtime(work):
     os.utime(work, ns=(1, 1))
     write_file(work / "f", b"")
