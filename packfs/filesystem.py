@@ -40,6 +40,9 @@ _WARMED_MAX = 64  # files whose records were prefetched lately, not asked for ag
 CATALOG_READERS = 4  # xattr reads from the catalog at once (noxattrs_in_memory), each in a thread
 STATS_PART = 32_768  # inode slots `stats` counts per turn of the event loop
 FORGET_PART = 8_192  # kernel references dropped per turn of the event loop (~1 ms)
+# The xattr namespaces XFS and ext4 store (system.* holds ACLs, which packfs does not
+# keep): a name they would refuse could not be copied off a packfs device to them.
+XATTR_NAMESPACES = (b"user.", b"trusted.", b"security.")
 
 
 @dataclass
@@ -244,6 +247,10 @@ class Filesystem:
         return self.ns.listxattr(ino)
 
     def setxattr(self, ino: int, name: bytes, value: bytes) -> None:
+        if not name.startswith(XATTR_NAMESPACES):
+            raise FsError(errno.EOPNOTSUPP)
+        if name in XATTR_NAMESPACES:
+            raise FsError(errno.EINVAL)
         self.ns.setxattr(ino, name, value)
 
     def removexattr(self, ino: int, name: bytes) -> None:

@@ -257,6 +257,20 @@ def test_xattr_binary_and_long_names(work):
         os.setxattr(work / "f", "user." + "n" * 251, b"")
 
 
+def test_xattr_names_outside_the_namespaces_xfs_keeps_are_refused(work):
+    """As on XFS and ext4, so that whatever packfs holds can be copied to them."""
+    write_file(work / "f", b"")
+    for name in ("bogus.k", "system.k", "k", "userk"):
+        with raises_errno(errno.EOPNOTSUPP):
+            os.setxattr(work / "f", name, b"v")
+    for name in ("user.", "trusted.", "security."):
+        with raises_errno(errno.EINVAL):
+            os.setxattr(work / "f", name, b"v")
+    os.setxattr(work / "f", "trusted.k", b"t")
+    os.setxattr(work / "f", "security.k", b"s")
+    assert sorted(os.listxattr(work / "f")) == ["security.k", "trusted.k"]
+
+
 def test_security_capability_absent(work):
     """The kernel asks for it on every write; it must be a cheap ENODATA."""
     write_file(work / "f", b"")
