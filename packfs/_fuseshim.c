@@ -200,6 +200,19 @@ static uint32_t le(const unsigned char *p, int n)
     return v;
 }
 
+/* Whether `name` is in a namespace packfs stores, with a name after the prefix: of any
+ * other name that is absent packfs says EOPNOTSUPP or EINVAL, as XFS does. */
+static int stored_namespace(const char *name)
+{
+    static const char *const prefixes[] = {"user.", "trusted.", "security."};
+    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
+        size_t n = strlen(prefixes[i]);
+        if (strncmp(name, prefixes[i], n) == 0)
+            return name[n] != '\0';
+    }
+    return 0;
+}
+
 static void getxattr_cached(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
     unsigned slot = ino % XATTR_SLOTS;
@@ -227,7 +240,7 @@ static void getxattr_cached(fuse_req_t req, fuse_ino_t ino, const char *name, si
         }
         p = v + vlen;
     }
-    if (p != end) {
+    if (p != end || !stored_namespace(name)) {
         next_getxattr(req, ino, name, size);
         return;
     }

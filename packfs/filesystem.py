@@ -203,8 +203,9 @@ class Filesystem:
         # size may run ahead of ours: times of our own would differ from what stat showed.
         if resized and not (self.wb.kernel_times and node.is_reg):
             mtime = ctime = now
-        if any(v is not None for v in (change.mode, change.uid, change.gid, change.atime, change.mtime)):
-            ctime = now
+        if change.size is None or any(v is not None for v in (change.mode, change.uid, change.gid,
+                                                              change.atime, change.mtime)):
+            ctime = now  # even a chown to -1:-1, which sends no attribute at all
         node.set_times(atime if change.atime is None else change.atime,
                        mtime if change.mtime is None else change.mtime,
                        ctime if change.ctime is None else change.ctime)
@@ -217,7 +218,12 @@ class Filesystem:
         if self.options.prefetch and ino not in self._warmed:
             self._warm(ino)
         await self._fetch_xattrs(ino)
-        return self.ns.getxattr(ino, name)
+        try:
+            return self.ns.getxattr(ino, name)
+        except FsError as e:
+            if e.errno == errno.ENODATA:
+                _check_xattr_name(name)
+            raise
 
     async def _fetch_xattrs(self, ino: int) -> None:
         """With noxattrs_in_memory, read a file's xattrs from the catalog in a worker thread:
@@ -247,14 +253,16 @@ class Filesystem:
         return self.ns.listxattr(ino)
 
     def setxattr(self, ino: int, name: bytes, value: bytes) -> None:
-        if not name.startswith(XATTR_NAMESPACES):
-            raise FsError(errno.EOPNOTSUPP)
-        if name in XATTR_NAMESPACES:
-            raise FsError(errno.EINVAL)
+        _check_xattr_name(name)
         self.ns.setxattr(ino, name, value)
 
     def removexattr(self, ino: int, name: bytes) -> None:
-        self.ns.removexattr(ino, name)
+        try:
+            self.ns.removexattr(ino, name)
+        except FsError as e:
+            if e.errno == errno.ENODATA:
+                _check_xattr_name(name)
+            raise
 
     # -- contents -------------------------------------------------------------------
 
@@ -386,3 +394,12 @@ def _rss_bytes() -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def _check_xattr_name(name: bytes) -> None:
+    """Refuse a name XFS and ext4 would refuse. Only where the name is absent for get and
+    remove: what an older packfs let a file keep stays readable and removable."""
+    if not name.startswith(XATTR_NAMESPACES):
+        raise FsError(errno.EOPNOTSUPP)
+    if name in XATTR_NAMESPACES:
+        raise FsError(errno.EINVAL)

@@ -1,7 +1,9 @@
-"""noxattrs_in_memory without FUSE: a file's checkpointed xattrs are read from the catalog
-in a worker thread, so the event loop serves other requests while that read waits."""
+"""Reads of xattrs without FUSE: with noxattrs_in_memory a file's checkpointed xattrs are
+read from the catalog in a worker thread, so the event loop serves other requests while
+that read waits; names in namespaces packfs no longer takes stay readable."""
 from __future__ import annotations
 
+import errno
 import stat
 import threading
 from pathlib import Path
@@ -10,6 +12,7 @@ import trio
 
 from packfs import pack as packmod
 from packfs.disk import Disk
+from packfs.errors import FsError
 from packfs.filesystem import Filesystem
 from packfs.namespace import ROOT
 from packfs.options import Options
@@ -58,3 +61,34 @@ def test_a_catalog_read_of_xattrs_leaves_the_event_loop_free(tmp_path: Path):
         p.volumes.close()
         p.catalog.close()
     assert started.is_set() and loop_ran.is_set()
+
+
+def test_a_name_older_packs_took_stays_readable_and_removable(tmp_path: Path):
+    """Names outside user., trusted. and security. are refused since session 37; one a
+    file already has is still read and removed, not hidden behind EOPNOTSUPP."""
+    packmod.initialise(str(tmp_path / "pack"), Disk())
+    p = packmod.open_pack(str(tmp_path / "pack"), Disk(), 1 << 30, 8 << 20)
+
+    async def main() -> None:
+        fs = Filesystem(p, Options(commit_interval=0))
+        async with trio.open_nursery() as nursery:
+            await fs.start(nursery)
+            ino = fs.create(ROOT, b"f", REG, 0, 0).ino
+            fs.ns.setxattr(ino, b"bogus.k", b"old")  # as an older packfs stored it
+            assert await fs.getxattr(ino, b"bogus.k") == b"old"
+            fs.removexattr(ino, b"bogus.k")
+            for call in (lambda: fs.setxattr(ino, b"bogus.k", b"v"), lambda: fs.removexattr(ino, b"bogus.k")):
+                try:
+                    call()
+                except FsError as e:
+                    assert e.errno == errno.EOPNOTSUPP
+                else:
+                    raise AssertionError("an unknown namespace was taken")
+            await fs.close()
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    finally:
+        p.volumes.close()
+        p.catalog.close()
