@@ -178,13 +178,11 @@ class Filesystem:
         """Change attributes; privileged: the caller may keep set-ID bits (CAP_FSETID)."""
         node = self.ns.get(ino)
         now = time.time_ns()
-        resized = False
         if change.size is not None:
             if node.is_dir:
                 raise FsError(errno.EISDIR)
             if not node.is_reg:
                 raise FsError(errno.EINVAL)
-            resized = change.size != node.size
             self.wb.truncate(node, change.size)
         if change.mode is not None:
             node.mode = stat.S_IFMT(node.mode) | stat.S_IMODE(change.mode)
@@ -197,15 +195,16 @@ class Filesystem:
         if (change.uid is not None or change.gid is not None) and not node.is_dir:
             self.ns.remove_privileges(node, setid=True)  # a chown takes them even from root
         atime, mtime, ctime = node.times()
-        # As XFS and ext4 do, truncate(2) changes the times only if it changes the size
-        # (ftruncate and an O_TRUNC open ask for them). With the writeback cache the
-        # kernel keeps a file's times and sends them whenever it changes them, and its
-        # size may run ahead of ours: times of our own would differ from what stat showed.
-        if resized and not (self.wb.kernel_times and node.is_reg):
-            mtime = ctime = now
-        if change.size is None or any(v is not None for v in (change.mode, change.uid, change.gid,
-                                                              change.atime, change.mtime)):
-            ctime = now  # even a chown to -1:-1, which sends no attribute at all
+        # The kernel leaves a truncate's times to the filesystem: it cannot say whether a
+        # SETATTR of the size alone is a truncate(2), an ftruncate or an O_TRUNC open, so
+        # they change mtime and ctime always, as on ext4 (XFS keeps them for a truncate(2)
+        # that keeps the size). With the writeback cache the kernel keeps a file's times
+        # and sends them whenever they change; of its own they would differ from what
+        # stat showed, once remounted.
+        if not (self.wb.kernel_times and node.is_reg and change == Setattr(size=change.size)):
+            if change.size is not None:
+                mtime = now
+            ctime = now  # even for a chown to -1:-1, which sends no attribute at all
         node.set_times(atime if change.atime is None else change.atime,
                        mtime if change.mtime is None else change.mtime,
                        ctime if change.ctime is None else change.ctime)
