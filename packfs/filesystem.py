@@ -272,10 +272,9 @@ class Filesystem:
         if node.is_dir:
             raise FsError(errno.EISDIR)
         if truncate and node.is_reg:
-            if node.size:
-                self.wb.truncate(node, 0)
-                node.modified(time.time_ns())
-                self.ns.touch(node)
+            self.wb.truncate(node, 0)
+            node.modified(time.time_ns())  # an empty file's too, as on XFS and ext4
+            self.ns.touch(node)
             self.ns.remove_privileges(node, setid=not privileged)
         node.opens += 1
         fh = self._next_fh
