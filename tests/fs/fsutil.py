@@ -1,5 +1,6 @@
 """Helpers for the real-mount tests: errno assertions, running code as another user,
-tree snapshots, steps repeated in threads, renameat2, and backing-disk usage."""
+tree snapshots, a loop-mounted ext4, steps repeated in threads, renameat2, and
+backing-disk usage."""
 from __future__ import annotations
 
 import contextlib
@@ -16,7 +17,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 NOBODY = 65534
 
@@ -196,6 +197,29 @@ def repeat_concurrently(steps: dict[str, Callable[[], None]], seconds: float,
 
 
 # -- renameat2 ---------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def loop_ext4(tmp_path: Path, size: int, block_size: int | None = None) -> Iterator[Path]:
+    """A freshly made ext4 of `size` bytes, loop-mounted; always unmounted and removed.
+    (mkfs.ext4 gives one under 512 MiB blocks of 1 KiB unless told.)"""
+    image, backing = tmp_path / "ext4.img", tmp_path / "backing"
+    backing.mkdir()
+    with open(image, "wb") as f:
+        f.truncate(size)
+    blocks = ["-b", str(block_size)] if block_size else []
+    subprocess.run(["mkfs.ext4", "-q", "-F", *blocks, str(image)], check=True, capture_output=True)
+    subprocess.run(["mount", "-o", "loop", str(image), str(backing)], check=True, capture_output=True)
+    try:
+        yield backing
+    finally:
+        for _ in range(50):
+            if subprocess.run(["umount", str(backing)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        else:
+            subprocess.run(["umount", "-l", str(backing)], capture_output=True)
+        image.unlink()
+
 
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2

@@ -6,14 +6,12 @@ import contextlib
 import errno
 import hashlib
 import os
-import subprocess
-import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from fsutil import fsync_dir, read_file
+from fsutil import fsync_dir, loop_ext4, read_file
 from mounts import force_unmount, is_mounted, mounted
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -22,30 +20,9 @@ FILE_SIZE = 4 * MiB
 
 
 @contextlib.contextmanager
-def small_ext4(tmp_path: Path, size: int = IMAGE_SIZE) -> Iterator[Path]:
-    """A freshly made ext4 of `size` bytes, loop-mounted; always unmounted and removed."""
-    image, backing = tmp_path / "ext4.img", tmp_path / "backing"
-    backing.mkdir()
-    with open(image, "wb") as f:
-        f.truncate(size)
-    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
-    subprocess.run(["mount", "-o", "loop", str(image), str(backing)], check=True, capture_output=True)
-    try:
-        yield backing
-    finally:
-        for _ in range(50):
-            if subprocess.run(["umount", str(backing)], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.1)
-        else:
-            subprocess.run(["umount", "-l", str(backing)], capture_output=True)
-        image.unlink()
-
-
-@contextlib.contextmanager
 def packfs_on_small_disk(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     mnt = tmp_path / "mnt"
-    with small_ext4(tmp_path) as backing:
+    with loop_ext4(tmp_path, IMAGE_SIZE) as backing:
         packdir = backing / "pack"
         try:
             yield packdir, mnt
