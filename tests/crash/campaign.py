@@ -355,7 +355,7 @@ class Workload:
         fh = self.fs.open(ino, truncate=trunc)
         f = self.m.files[ino]
         f.opens += 1
-        if trunc and f.content:
+        if trunc:  # an empty file's times change too
             f.content = bytearray()
             self.m.touch_file(ino)
         self.handles.append((fh, ino))
