@@ -192,8 +192,11 @@ class Filesystem:
             node.gid = change.gid
         if change.size is not None:
             self.ns.remove_privileges(node, setid=not privileged)
-        if (change.uid is not None or change.gid is not None) and not node.is_dir:
-            self.ns.remove_privileges(node, setid=True)  # a chown takes them even from root
+        # A chown takes them even from root, and even a chown to -1:-1, which comes with no
+        # attribute at all (with the writeback cache, with the kernel's ctime alone).
+        chown = change.uid is not None or change.gid is not None or change == Setattr(ctime=change.ctime)
+        if chown and not node.is_dir:
+            self.ns.remove_privileges(node, setid=True)
         atime, mtime, ctime = node.times()
         # The kernel leaves a truncate's times to the filesystem: it cannot say whether a
         # SETATTR of the size alone is a truncate(2), an ftruncate or an O_TRUNC open, so

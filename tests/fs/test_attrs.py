@@ -50,13 +50,25 @@ def test_chown(work):
     assert os.stat(work / "f").st_uid == 1234
 
 
-def test_chown_to_the_same_owner_changes_ctime(work):
-    """Linux changes ctime on any chown, as on XFS and ext4; FUSE sends it with no attribute."""
-    write_file(work / "f", b"")
-    before = os.stat(work / "f").st_ctime_ns
-    time.sleep(0.005)
-    os.chown(work / "f", -1, -1)
-    assert os.stat(work / "f").st_ctime_ns > before
+@pytest.mark.parametrize("options", ["", "writeback_cache,nodirect_writes"])
+def test_a_chown_to_the_same_owner_changes_ctime_and_takes_set_id_bits(tmp_path, options):
+    """As any chown on Linux (XFS, ext4), from root too. FUSE sends a chown to -1:-1 with no
+    attribute at all (with the writeback cache, with the kernel's ctime alone). The
+    set-group-ID bit goes only with group execute permission (without, it marks
+    mandatory locking)."""
+    with mounted(tmp_path / "pack", tmp_path / "mnt", options) as m:
+        for name, mode, left in [("f", 0o6755, 0o755), ("g", 0o6744, 0o2744), ("d", 0o3755, 0o3755)]:
+            if name == "d":
+                os.mkdir(m / name)
+            else:
+                write_file(m / name, b"")
+            os.chmod(m / name, mode)
+            before = os.stat(m / name).st_ctime_ns
+            time.sleep(0.005)
+            os.chown(m / name, -1, -1)
+            st = os.stat(m / name)
+            assert st.st_ctime_ns > before, name
+            assert stat.S_IMODE(st.st_mode) == left, (name, oct(st.st_mode))
 
 
 def test_chown_clears_setuid_setgid(work):
