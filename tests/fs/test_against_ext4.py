@@ -4,8 +4,9 @@ counts, sizes, contents, xattrs, symlink targets, and which of mtime and ctime c
 A third of them are on handles kept open while their files are renamed or unlinked.
 
 An ad-hoc run of this kind found, in session 37, xattr names ext4 and XFS refuse taken,
-a chown to -1:-1 that kept the set-ID bits (and one of this session's own changes that
-kept its ctime), and an O_TRUNC open of an empty file that kept the times. What differs on purpose, and so is not compared:
+a chown to -1:-1 that kept the set-ID bits (and one of that session's own changes that
+kept its ctime), and an O_TRUNC open of an empty file that kept the times. What differs
+on purpose, and so is not compared:
 
 - ext4 keeps an inode's xattrs in one block (ENOSPC past ~4 KiB; XFS and packfs take
   more): the values here stay small;
