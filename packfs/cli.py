@@ -70,6 +70,9 @@ def _prepare_packdir(packdir: str) -> None:
     """Initialise an empty or missing PACKDIR; refuse a foreign or incompatible one."""
     if os.path.exists(packdir) and not os.path.isdir(packdir):
         die(f"{packdir} is not a directory")
+    existing = packdir if os.path.isdir(packdir) else os.path.dirname(packdir)
+    if os.path.isdir(existing) and os.statvfs(existing).f_flag & os.ST_RDONLY:
+        die(f"{packdir} is on a read-only filesystem: packfs writes its log, catalog and volumes there")
     try:
         pack.initialise(packdir, Disk())
         pack.read_marker(packdir)
