@@ -7,6 +7,7 @@ import errno
 import stat
 import threading
 from pathlib import Path
+from typing import Awaitable, Callable
 
 import trio
 
@@ -21,37 +22,17 @@ REG = stat.S_IFREG | 0o644
 META = b"user.swift.metadata"
 
 
-def test_a_catalog_read_of_xattrs_leaves_the_event_loop_free(tmp_path: Path):
+def _with_filesystem(tmp_path: Path, xattrs_in_memory: bool,
+                     body: Callable[[Filesystem, trio.Nursery], Awaitable[None]]) -> None:
+    """Run body on a started Filesystem of a fresh pack, without FUSE; close it all after."""
     packmod.initialise(str(tmp_path / "pack"), Disk())
-    p = packmod.open_pack(str(tmp_path / "pack"), Disk(), 1 << 30, 8 << 20, xattrs_in_memory=False)
-    started, loop_ran = threading.Event(), threading.Event()
+    p = packmod.open_pack(str(tmp_path / "pack"), Disk(), 1 << 30, 8 << 20, xattrs_in_memory=xattrs_in_memory)
 
     async def main() -> None:
-        fs = Filesystem(p, Options(commit_interval=0, xattrs_in_memory=False))
+        fs = Filesystem(p, Options(commit_interval=0, xattrs_in_memory=xattrs_in_memory))
         async with trio.open_nursery() as nursery:
             await fs.start(nursery)
-            ino = fs.create(ROOT, b"f", REG, 0, 0).ino
-            fs.setxattr(ino, META, b"m" * 300)
-            await fs.journal.checkpoint()
-            table = fs.ns.table
-            assert table.xattrs_to_fetch(ino)  # the value left memory with the checkpoint
-            from_catalog = table.fetch_xattrs
-
-            def slow_read(i: int) -> bytes | None:
-                started.set()
-                assert loop_ran.wait(5), "the event loop stood still during the catalog read"
-                return from_catalog(i)
-
-            async def another_request() -> None:
-                while not started.is_set():
-                    await trio.sleep(0.001)
-                loop_ran.set()
-
-            table.fetch_xattrs = slow_read
-            nursery.start_soon(another_request)
-            assert await fs.getxattr(ino, META) == b"m" * 300
-            table.fetch_xattrs = from_catalog
-            assert not table.xattrs_to_fetch(ino) and await fs.listxattr(ino) == [META]
+            await body(fs, nursery)
             await fs.close()
             nursery.cancel_scope.cancel()
 
@@ -60,35 +41,54 @@ def test_a_catalog_read_of_xattrs_leaves_the_event_loop_free(tmp_path: Path):
     finally:
         p.volumes.close()
         p.catalog.close()
+
+
+def test_a_catalog_read_of_xattrs_leaves_the_event_loop_free(tmp_path: Path):
+    started, loop_ran = threading.Event(), threading.Event()
+
+    async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
+        ino = fs.create(ROOT, b"f", REG, 0, 0).ino
+        fs.setxattr(ino, META, b"m" * 300)
+        await fs.journal.checkpoint()
+        table = fs.ns.table
+        assert table.xattrs_to_fetch(ino)  # the value left memory with the checkpoint
+        from_catalog = table.fetch_xattrs
+
+        def slow_read(i: int) -> bytes | None:
+            started.set()
+            assert loop_ran.wait(5), "the event loop stood still during the catalog read"
+            return from_catalog(i)
+
+        async def another_request() -> None:
+            while not started.is_set():
+                await trio.sleep(0.001)
+            loop_ran.set()
+
+        table.fetch_xattrs = slow_read
+        nursery.start_soon(another_request)
+        assert await fs.getxattr(ino, META) == b"m" * 300
+        table.fetch_xattrs = from_catalog
+        assert not table.xattrs_to_fetch(ino) and await fs.listxattr(ino) == [META]
+
+    _with_filesystem(tmp_path, False, body)
     assert started.is_set() and loop_ran.is_set()
 
 
 def test_a_name_older_packs_took_stays_readable_and_removable(tmp_path: Path):
     """Names outside user., trusted. and security. are refused since session 37; one a
     file already has is still read and removed, not hidden behind EOPNOTSUPP."""
-    packmod.initialise(str(tmp_path / "pack"), Disk())
-    p = packmod.open_pack(str(tmp_path / "pack"), Disk(), 1 << 30, 8 << 20)
 
-    async def main() -> None:
-        fs = Filesystem(p, Options(commit_interval=0))
-        async with trio.open_nursery() as nursery:
-            await fs.start(nursery)
-            ino = fs.create(ROOT, b"f", REG, 0, 0).ino
-            fs.ns.setxattr(ino, b"bogus.k", b"old")  # as an older packfs stored it
-            assert await fs.getxattr(ino, b"bogus.k") == b"old"
-            fs.removexattr(ino, b"bogus.k")
-            for call in (lambda: fs.setxattr(ino, b"bogus.k", b"v"), lambda: fs.removexattr(ino, b"bogus.k")):
-                try:
-                    call()
-                except FsError as e:
-                    assert e.errno == errno.EOPNOTSUPP
-                else:
-                    raise AssertionError("an unknown namespace was taken")
-            await fs.close()
-            nursery.cancel_scope.cancel()
+    async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
+        ino = fs.create(ROOT, b"f", REG, 0, 0).ino
+        fs.ns.setxattr(ino, b"bogus.k", b"old")  # as an older packfs stored it
+        assert await fs.getxattr(ino, b"bogus.k") == b"old"
+        fs.removexattr(ino, b"bogus.k")
+        for call in (lambda: fs.setxattr(ino, b"bogus.k", b"v"), lambda: fs.removexattr(ino, b"bogus.k")):
+            try:
+                call()
+            except FsError as e:
+                assert e.errno == errno.EOPNOTSUPP
+            else:
+                raise AssertionError("an unknown namespace was taken")
 
-    try:
-        trio.run(main)
-    finally:
-        p.volumes.close()
-        p.catalog.close()
+    _with_filesystem(tmp_path, True, body)
