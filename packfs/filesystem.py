@@ -105,20 +105,32 @@ class Filesystem:
     def getattr(self, ino: int) -> Inode:
         return self.ns.get(ino)
 
+    def _changeable(self) -> None:
+        """Once an I/O error has broken the log the pack is read-only until remounted, as
+        ext4 remounts itself read-only: a change no commit could ever hold is refused,
+        not shown until the unmount drops it."""
+        if self.volumes.broken:
+            raise FsError(errno.EIO, "the volume log is broken by an earlier I/O error")
+
     def create(self, parent: int, name: bytes, mode: int, uid: int, gid: int, rdev: int = 0,
                target: bytes | None = None) -> Inode:
+        self._changeable()
         return self.ns.create(parent, name, mode, uid, gid, rdev, target)
 
     def link(self, ino: int, parent: int, name: bytes) -> Inode:
+        self._changeable()
         return self.ns.link(ino, parent, name)
 
     def unlink(self, parent: int, name: bytes) -> None:
+        self._changeable()
         self._forget_if_unused(self.ns.unlink(parent, name))
 
     def rmdir(self, parent: int, name: bytes) -> None:
+        self._changeable()
         self._forget_if_unused(self.ns.rmdir(parent, name))
 
     def rename(self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes, flags: int) -> None:
+        self._changeable()
         replaced = self.ns.rename(old_parent, old_name, new_parent, new_name, flags)
         if replaced is not None:
             self._forget_if_unused(replaced)
@@ -176,6 +188,7 @@ class Filesystem:
 
     async def setattr(self, ino: int, change: Setattr, privileged: bool = True) -> Inode:
         """Change attributes; privileged: the caller may keep set-ID bits (CAP_FSETID)."""
+        self._changeable()
         node = self.ns.get(ino)
         now = time.time_ns()
         if change.size is not None:
@@ -256,9 +269,11 @@ class Filesystem:
 
     def setxattr(self, ino: int, name: bytes, value: bytes) -> None:
         _check_xattr_name(name)
+        self._changeable()
         self.ns.setxattr(ino, name, value)
 
     def removexattr(self, ino: int, name: bytes) -> None:
+        self._changeable()
         try:
             self.ns.removexattr(ino, name)
         except FsError as e:
@@ -275,6 +290,7 @@ class Filesystem:
         if node.is_dir:
             raise FsError(errno.EISDIR)
         if truncate and node.is_reg:
+            self._changeable()
             self.wb.truncate(node, 0)
             node.modified(time.time_ns())  # an empty file's too, as on XFS and ext4
             self.ns.touch(node)
