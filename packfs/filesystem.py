@@ -5,13 +5,14 @@ Every method is either synchronous (served from memory) or awaits only the store
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import trio
 
@@ -233,12 +234,8 @@ class Filesystem:
         if self.options.prefetch and ino not in self._warmed:
             self._warm(ino)
         await self._fetch_xattrs(ino)
-        try:
+        with _named_right_if_absent(name):
             return self.ns.getxattr(ino, name)
-        except FsError as e:
-            if e.errno == errno.ENODATA:
-                _check_xattr_name(name)
-            raise
 
     async def _fetch_xattrs(self, ino: int) -> None:
         """With noxattrs_in_memory, read a file's xattrs from the catalog in a worker thread:
@@ -274,12 +271,8 @@ class Filesystem:
 
     def removexattr(self, ino: int, name: bytes) -> None:
         self._changeable()
-        try:
+        with _named_right_if_absent(name):
             self.ns.removexattr(ino, name)
-        except FsError as e:
-            if e.errno == errno.ENODATA:
-                _check_xattr_name(name)
-            raise
 
     # -- contents -------------------------------------------------------------------
 
@@ -414,9 +407,20 @@ def _rss_bytes() -> int:
 
 
 def _check_xattr_name(name: bytes) -> None:
-    """Refuse a name XFS and ext4 would refuse. Only where the name is absent for get and
-    remove: what an older packfs let a file keep stays readable and removable."""
+    """Refuse a name XFS and ext4 would refuse."""
     if not name.startswith(XATTR_NAMESPACES):
         raise FsError(errno.EOPNOTSUPP)
     if name in XATTR_NAMESPACES:
         raise FsError(errno.EINVAL)
+
+
+@contextlib.contextmanager
+def _named_right_if_absent(name: bytes) -> Iterator[None]:
+    """For a get or a remove, refuse a bad name only where the file has no such xattr:
+    what an older packfs let a file keep stays readable and removable."""
+    try:
+        yield
+    except FsError as e:
+        if e.errno == errno.ENODATA:
+            _check_xattr_name(name)
+        raise
