@@ -110,8 +110,7 @@ class Filesystem:
         """Once an I/O error has broken the log the pack is read-only until remounted, as
         ext4 remounts itself read-only: a change no commit could ever hold is refused,
         not shown until the unmount drops it."""
-        if self.volumes.broken:
-            raise FsError(errno.EIO, "the volume log is broken by an earlier I/O error")
+        self.volumes.refuse_if_broken()
 
     def create(self, parent: int, name: bytes, mode: int, uid: int, gid: int, rdev: int = 0,
                target: bytes | None = None) -> Inode:

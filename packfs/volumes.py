@@ -180,10 +180,14 @@ class Volumes:
         """True if nbytes of data can be appended now without growing the volume."""
         return not self.broken and self.tail + self.reserved + nbytes + META_RESERVE <= self.allocated
 
-    async def ensure_space(self, nbytes: int, metadata: bool = False) -> None:
-        """Make sure the next nbytes of appends have disk space, or raise ENOSPC."""
+    def refuse_if_broken(self) -> None:
+        """EIO once an I/O error has broken the log: nothing more can be committed."""
         if self.broken:
             raise FsError(errno.EIO, "the volume log is broken by an earlier I/O error")
+
+    async def ensure_space(self, nbytes: int, metadata: bool = False) -> None:
+        """Make sure the next nbytes of appends have disk space, or raise ENOSPC."""
+        self.refuse_if_broken()
         keep = 0 if metadata else META_RESERVE
         if self.tail + self.reserved + nbytes + keep <= self.allocated:
             return
@@ -329,8 +333,7 @@ class Volumes:
         Synchronous: the log order is the order of calls. A META record's `offset` field
         holds where its write batch began (see recovery), filled in here.
         """
-        if self.broken:
-            raise FsError(errno.EIO, "the volume log is broken by an earlier I/O error")
+        self.refuse_if_broken()
         vol, off = self.active, self.tail
         if rtype == records.META:
             offset = self._last_meta_end.get(vol, 0)
