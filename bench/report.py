@@ -83,8 +83,9 @@ def _derive(d: dict) -> None:
         key = f"{prefix}.nodip"
         med[key] = row
         meta[key] = {"label": label, "unit": "worst step", "better": "higher", "group": group,
-                     "order": max(m["order"] for k, m in meta.items()
-                                  if k.startswith(".".join(prefix.split(".")[:2]) + ".")) + 0.5,
+                     "order": max(m["order"] for k, m in meta.items()  # after the sweep's rows, not after
+                                  if k.startswith(".".join(prefix.split(".")[:2]) + ".")  # the other dip
+                                  and not k.endswith(".nodip")) + 0.5,
                      "absolute": True}
 
     dip("fio.sweep", "mibs", "fio size sweep: worst bytes/s step ratio (next size / previous)", "fio-sweep")

@@ -6,16 +6,21 @@
   pieces, then read back;
 - a size sweep 50 KiB .. 1 MiB (PUT and GET at concurrency 1), checked for dips;
 - on packfs: FUSE requests per Swift PUT, GET and DELETE, by request type, from
-  `packfs stats --json` diffs around N operations.
+  `packfs stats --json` diffs around N operations;
+- a container database as a container server drives it (bench/containerdb.py): merges
+  of new rows, container updates, a listing.
 """
 from __future__ import annotations
 
+import json
+import shutil
+import sys
 from pathlib import Path
 
 from . import swiftobj as so
 from .fusestats import request_table
 from .results import Results
-from .util import log, size_label
+from .util import REPO, log, run, size_label
 
 SIZES = (4 << 10, 100 << 10, 1 << 20)
 CONCS = (1, 16)
@@ -77,6 +82,7 @@ class SwiftBench:
             self.large()
             if not only_large:
                 self.sweep()
+                self.container_db()
         finally:
             self.stop()
 
@@ -171,6 +177,40 @@ class SwiftBench:
         so.run_phase(port, "DELETE", names[:put.ops], size, 4, 60)
         log(f"  {t.name} sweep {kib} KiB: PUT {put.rate * size / 2**20:.1f} MiB/s, "
             f"GET {get.rate * size / 2**20:.1f} MiB/s")
+
+    # ------------------------------------------------------- container databases
+    def container_db(self) -> None:
+        for rep in range(self.reps):
+            for t in self._order(rep):
+                log(f"swift container database rep {rep + 1}/{self.reps} on {t.name}")
+                self._guard("container database", t, lambda: self._container_db_case(t, rep))
+
+    def _container_db_case(self, t, rep: int) -> None:
+        rows, updates = (100_000, 5_000) if self.quick else (1_000_000, 20_000)
+        where = t.mnt / f"containerdb-{rep}"
+        try:
+            p = run([sys.executable, "-m", "bench.containerdb", where, "--rows", rows, "--updates", updates,
+                     "--merges", 100, "--batch", 100], cwd=REPO)
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+        got = json.loads(p.stdout)
+        n = f"{rows // 1000}k" if rows < 10**6 else f"{rows // 10**6}M"
+        lab = f"Swift container DB of {n} rows"
+        group = "swift-db"
+        self.res.add("swift.db.merge.p50", t.name, got["merge_p50_ms"], label=f"{lab}: merge of 100 rows, p50",
+                     unit="ms", better="lower", group=group)
+        self.res.add("swift.db.merge.p99", t.name, got["merge_p99_ms"], label=f"{lab}: merge of 100 rows, p99",
+                     unit="ms", better="lower", group=group, minor=True)
+        self.res.add("swift.db.updates", t.name, got["updates_s"], label=f"{lab}: container updates",
+                     unit="ops/s", group=group)
+        self.res.add("swift.db.update.p99", t.name, got["update_p99_ms"], label=f"{lab}: container update, p99",
+                     unit="ms", better="lower", group=group, minor=True)
+        self.res.add("swift.db.build", t.name, got["build_rows_s"], label=f"{lab}: build, 10,000 rows a merge",
+                     unit="rows/s", group=group, minor=True)
+        self.res.add("swift.db.list", t.name, got["list_rows_s"], label=f"{lab}: whole listing",
+                     unit="rows/s", group=group)
+        log(f"  {t.name} container DB: merge p50 {got['merge_p50_ms']:.1f} ms, {got['updates_s']:.0f} updates/s, "
+            f"build {got['build_rows_s']:.0f} rows/s, listing {got['list_rows_s']:.0f} rows/s")
 
     # ------------------------------------------------------- FUSE requests
     def fuse_requests(self) -> None:
