@@ -38,7 +38,15 @@
  *                can see them.
  *   init         notes what the kernel supports, then runs pyfuse3's; with filecache
  *                in force it takes FUSE_CAP_ATOMIC_O_TRUNC out of the answer, so that
- *                the kernel sends an O_TRUNC open's truncation as a SETATTR.
+ *                the kernel sends an O_TRUNC open's truncation as a SETATTR. It always
+ *                takes FUSE_CAP_AUTO_INVAL_DATA out (libfuse asks for it by default):
+ *                with it the kernel drops a file's whole page cache whenever a GETATTR
+ *                shows an mtime other than the one it cached, and asks for that before
+ *                every cached read once a write made its attributes stale. packfs is
+ *                the only writer of its files, through this kernel (a direct write
+ *                drops the pages it covers itself), so the pages are never stale; a
+ *                database written in place (SQLite: pwrite, fstat, pread) was read back
+ *                from packfs page by page.
  *
  * fuse_session_mount (killpriv): libfuse 3.14 cannot ask for FUSE_HANDLE_KILLPRIV_V2
  * (Linux 5.12 and later): the filesystem, not the kernel, takes set-ID bits and file
@@ -109,6 +117,9 @@ static void init_noting_support(void *userdata, struct fuse_conn_info *conn)
     next_init(userdata, conn);
     if (zero_open) /* no OPEN carries O_TRUNC: the kernel must send it as a SETATTR */
         conn->want &= ~FUSE_CAP_ATOMIC_O_TRUNC;
+    /* Every change to a file comes through this kernel, so its cached pages are never
+     * stale: they must not be dropped whenever a GETATTR shows a new mtime. */
+    conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 }
 
 static void open_enosys(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

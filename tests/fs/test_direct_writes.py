@@ -89,6 +89,25 @@ def test_cached_readers_and_mappings_see_direct_writes(work):
         os.close(r)
 
 
+def test_cached_readers_see_the_creating_handles_direct_writes(work):
+    """The kernel drops the cached pages a direct write covers; nothing else tells a
+    cached reader, since packfs asks the kernel not to drop a file's pages when its
+    mtime changes (the fuse shim takes AUTO_INVAL_DATA out of the INIT answer)."""
+    w = os.open(work / "f", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)
+    try:
+        os.pwrite(w, b"a" * 8192, 0)
+        r = os.open(work / "f", os.O_RDONLY)
+        try:
+            assert os.pread(r, 8192, 0) == b"a" * 8192  # now in the page cache
+            os.pwrite(w, b"bbbb", 4096)
+            os.stat(work / "f")
+            assert os.pread(r, 8192, 0) == b"a" * 4096 + b"bbbb" + b"a" * 4092
+        finally:
+            os.close(r)
+    finally:
+        os.close(w)
+
+
 def test_the_creating_handle_maps_shared_where_the_kernel_allows_it(work):
     """Linux 6.6 and later let a direct I/O handle be mapped MAP_SHARED if the filesystem
     asks (DIRECT_IO_ALLOW_MMAP, which the fuse shim asks for): the mapping and the

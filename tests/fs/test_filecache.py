@@ -60,6 +60,29 @@ def test_files_open_without_a_request_and_reads_are_cached(mnt):
     assert _grown(middle, after, "getxattr") == 5  # xattrs are never cached by the kernel
 
 
+def test_a_files_pages_stay_cached_when_its_own_writes_change_its_mtime(mnt):
+    """A database written in place (SQLite's pwrite, fstat, pread) is read from the
+    kernel's cache: packfs is the only writer, so the shim asks the kernel not to drop a
+    file's pages whenever a GETATTR shows a new mtime (FUSE's AUTO_INVAL_DATA)."""
+    write_file(mnt / "db", b"a" * 65536)
+    fd = os.open(mnt / "db", os.O_RDWR)
+    try:
+        model = bytearray(os.pread(fd, 65536, 0))  # now in the page cache
+        mtimes = set()
+        before = requests_received(mnt)
+        for i in range(16):
+            os.pwrite(fd, bytes([i]) * 4096, i * 4096)
+            model[i * 4096:(i + 1) * 4096] = bytes([i]) * 4096
+            mtimes.add(os.fstat(fd).st_mtime_ns)
+            assert os.pread(fd, 65536, 0) == model
+        after = requests_received(mnt)
+    finally:
+        os.close(fd)
+    assert len(mtimes) > 1 and _grown(before, after, "getattr") >= 16
+    assert _grown(before, after, "read") == 0
+    assert read_file(mnt / "db") == model
+
+
 def test_the_creating_handle_is_still_opened_and_released(mnt):
     before = requests_served(mnt)
     _put(mnt / "obj", b"x")
