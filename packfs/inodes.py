@@ -36,7 +36,8 @@ ROOT = 1
 
 # A snapshot of one inode, as the journal and the catalog store it:
 # (ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, xattrs, extents, parent)
-# with xattrs and extents in their packed forms (see pack_xattrs and pack_extents).
+# with xattrs and extents in their packed forms (see pack_xattrs and pack_extents). In a
+# journal row a long map may instead be a list: its edits since the previous row (pack_edits).
 InodeRow = tuple
 
 _EXTENT = struct.Struct("<QIIQII")
@@ -51,6 +52,35 @@ def pack_extents(extents: list | None) -> bytes | None:
 
 def unpack_extents(blob: bytes | None) -> list | None:
     return None if blob is None else list(_EXTENT.iter_unpack(blob))
+
+
+def pack_edits(edits: list[ext.Extent | int]) -> list[bytes | int]:
+    """A map's edits as a journal row logs them, in order: each run of extents mapped
+    (Namespace.map_extent) packed, each truncation (truncate_extents) as its size."""
+    out: list[bytes | int] = []
+    run: list[ext.Extent] = []
+    for edit in edits:
+        if isinstance(edit, int):
+            if run:
+                out.append(pack_extents(run))  # type: ignore[arg-type]
+                run = []
+            out.append(edit)
+        else:
+            run.append(edit)
+    if run:
+        out.append(pack_extents(run))  # type: ignore[arg-type]
+    return out
+
+
+def replay_edits(extents: list[ext.Extent], edits: list[bytes | int]) -> list[ext.Extent]:
+    """Make the same edits to a map (recovery): the map they were made to comes out."""
+    for edit in edits:
+        if isinstance(edit, int):
+            ext.punch(extents, edit, ext.INFINITY)
+        else:
+            for e in _EXTENT.iter_unpack(edit):
+                ext.insert(extents, e)
+    return extents
 
 
 _FETCHED_MAX = 256
@@ -477,11 +507,16 @@ class InodeTable:
         self.kid[ino] = self.kname[ino] = 0
         self.live += 1
 
-    def load(self, row: InodeRow) -> None:
-        """Set a slot from a catalog or journal row; a directory keeps its entries."""
+    def load(self, row: InodeRow, strict: bool = True) -> None:
+        """Set a slot from a catalog or journal row; a directory keeps its entries. Not
+        strict (fsck's repair past damage): edits of a map the slot lacks make a new one."""
         (ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, xattrs, extents, parent) = row
         self.grow(ino + 1)
         old = self.modes[self.kind[ino]]
+        if isinstance(extents, list):  # edits of the map the slot holds (read it before the size changes)
+            if (old & _IFMT != _IFREG and strict) or mode & _IFMT != _IFREG:
+                raise ValueError(f"a journal row edits the extent map of inode {ino}, which has none")
+            extents = replay_edits(self.extent_list(ino) if old & _IFMT == _IFREG else [], extents)
         if old == 0:
             self.live += 1
         elif old & _IFMT != mode & _IFMT:  # a number reused for another type: drop what the old one kept
@@ -501,7 +536,8 @@ class InodeTable:
         self._set_sparse(self.target, ino, target)
         self.set_xattrs(ino, xattrs)
         if mode & _IFMT == _IFREG:
-            self.set_extents(ino, unpack_extents(extents) if extents else None)
+            self.set_extents(ino, extents if isinstance(extents, list) else
+                             unpack_extents(extents) if extents else None)
 
     def load_all(self, rows: Iterable[InodeRow], top: int) -> None:
         """Fill empty slots from catalog rows, inode numbers below top: the mount's bulk
@@ -617,13 +653,14 @@ class InodeTable:
         self.atimes.keep(ino, old, now)
         self.ctimes.set(ino, now, now)
 
-    def row(self, ino: int) -> InodeRow:
+    def row(self, ino: int, edits: list[bytes | int] | None = None) -> InodeRow:
+        """edits: a journal row's, in place of the whole map (see pack_edits)."""
         mode, uid, gid, _ = self.kinds[self.kind[ino]]
         is_dir = mode & _IFMT == _IFDIR
+        extents = (self.packed_extents(ino) if edits is None else edits) if stat.S_ISREG(mode) else None
         return (ino, mode, uid, gid, self.nlink_of(ino), 0 if is_dir else self.get_narrow("size", ino),
                 *self.times(ino), self.rdev.get(ino, 0),
-                self.target.get(ino), self.packed_xattrs(ino),
-                self.packed_extents(ino) if stat.S_ISREG(mode) else None, self.size[ino] if is_dir else 0)
+                self.target.get(ino), self.packed_xattrs(ino), extents, self.size[ino] if is_dir else 0)
 
     def drop(self, ino: int) -> None:
         """Free a slot and everything kept for it."""
@@ -665,6 +702,15 @@ class InodeTable:
         if isinstance(e, bytes):
             return list(_EXTENT.iter_unpack(e))
         return e or []
+
+    def extent_count(self, ino: int) -> int:
+        """How many extents a file's map holds (0 for anything else), without unpacking it."""
+        if self.modes[self.kind[ino]] & _IFMT != _IFREG:
+            return 0
+        if self.kname[ino]:
+            return 1
+        e = self.extents.get(ino)
+        return len(e) // _EXTENT.size if isinstance(e, bytes) else len(e or ())
 
     def set_extents(self, ino: int, value: list[ext.Extent] | None) -> None:
         """A regular file's new extent map (set its size first: a whole record goes in

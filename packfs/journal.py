@@ -59,17 +59,22 @@ def encode(snap: Snapshot, next_ino: int, durable: tuple[int, int]) -> bytes:
     return marshal.dumps((*snap, next_ino, durable), MARSHAL_VERSION)
 
 
+def edited_maps(payload: bytes) -> list[int]:
+    """The files whose maps a META payload logs as edits (format 5)."""
+    return [row[0] for row in marshal.loads(payload)[0] if isinstance(row[12], list)]
+
+
 def durable_position(payload: bytes) -> tuple[int, int]:
     """Where the log was known flushed when a META was written: damage before it is not a torn tail."""
     return tuple(marshal.loads(payload)[5])  # type: ignore[return-value]
 
 
-def apply(ns: Namespace, payload: bytes) -> None:
-    """Replay one META payload onto the namespace (recovery)."""
+def apply(ns: Namespace, payload: bytes, strict: bool = True) -> None:
+    """Replay one META payload onto the namespace (recovery; not strict: see InodeTable.load)."""
     rows, removed, dirents, refs, next_ino = marshal.loads(payload)[:5]
     changed = Changes()
     for row in rows:
-        ns.load_inode(row)
+        ns.load_inode(row, strict)
         changed.inodes.add(row[0])
     for parent, name, ino in dirents:
         # A parent that is gone, or whose number a file took later in the same commit,
@@ -91,12 +96,15 @@ def apply(ns: Namespace, payload: bytes) -> None:
 Snapshot = tuple[list, list, list, list]
 
 
-def snapshot(ns: Namespace, changes: Changes) -> Snapshot:
+def snapshot(ns: Namespace, changes: Changes, journal: bool = False, edits: bool = False) -> Snapshot:
+    """The rows of what changed, as now. journal: for a META (the catalog's otherwise):
+    a long map's edits are followed from here on, and with edits a map followed since
+    the previous META is logged as them (Namespace.take_extent_edits)."""
     rows, removed = [], []
     table = ns.table
     for ino in changes.inodes:
         if table.exists(ino):
-            rows.append(table.row(ino))
+            rows.append(table.row(ino, ns.take_extent_edits(ino, edits) if journal else None))
         else:
             removed.append(ino)
     dirents = [(p, name, ns.dirent(p, name)) for p, name in changes.dirents]
@@ -199,7 +207,8 @@ class Journal:
             self.wb.flush_all()
             changes = self.ns.take_journal_changes()
             if changes or behind:
-                snap = snapshot(self.ns, changes)
+                # Edits only in a META of one take: combine() keeps a key's newest row alone.
+                snap = snapshot(self.ns, changes, journal=True, edits=not behind)
                 if behind:
                     snap = combine([*behind, [(changes, snap)]])
                 payload = encode(snap, self.ns.next_ino, self.volumes.durable_pos)
@@ -214,9 +223,11 @@ class Journal:
         return self._metas
 
     def _take_back(self) -> None:
-        """Give a commit in parts' changes back to the next commit, which stages them whole."""
+        """Give a commit in parts' changes back to the next commit, which stages them whole
+        (their maps too: the edits before its takes went with them)."""
         if self._behind is not None:
             self.ns.journal_changes.update(self._behind)
+            self.ns.forget_extent_edits(self._behind.inodes)
             self._behind = None
 
     @property
@@ -267,7 +278,7 @@ class Journal:
             while True:
                 layer = []
                 for part in new.parts(self.snapshot_part):
-                    layer.append((part, snapshot(self.ns, part)))
+                    layer.append((part, snapshot(self.ns, part, journal=True)))
                     await trio.lowlevel.checkpoint()
                     if self._behind is not taken:
                         return  # staged by another commit

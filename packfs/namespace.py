@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Iterator
 from . import extents as ext
 from .changes import Changes, PendingChanges
 from .errors import FsError, enoent
-from .inodes import INO_MAX, ROOT, Inode, InodeRow, InodeTable
+from .inodes import INO_MAX, ROOT, Inode, InodeRow, InodeTable, pack_edits
 from .xattrblob import XATTRS_MAX, packed_size
 
 NAME_MAX = 255
@@ -31,6 +31,11 @@ RENAME_EXCHANGE = 2
 # the build ran as fast (see docs/bench-latest.md); now such a commit is snapshotted a
 # part per turn (Journal._commit_behind).
 COMMIT_INODES = 4_000
+# A map at least this long is journaled as its edits since the previous commit took it,
+# not whole: a database rewritten in place keeps an extent per page it rewrote (41,000
+# in a Swift container of a million rows), and packing that whole map for every commit
+# took half of the event loop's time under the container's merges.
+JOURNAL_EDITS_MIN = 64
 
 
 class Namespace:
@@ -43,6 +48,10 @@ class Namespace:
         self.frees: list[ext.RecordKey] = []
         self.journal_changes = Changes()
         self.catalog_changes = PendingChanges()
+        # The edits of each long map since a commit last took it (take_extent_edits): an
+        # extent mapped, or the size a truncation cut at.
+        self.extent_edits: dict[int, list[ext.Extent | int]] = {}
+        self.journal_edits_min = JOURNAL_EDITS_MIN  # tests make it small
         # Called once COMMIT_INODES inodes changed since the last commit (the journal
         # then commits in the background, so no single commit grows without bound).
         self.on_many_changes: Callable[[], None] = lambda: None
@@ -58,8 +67,8 @@ class Namespace:
         ns._touch(root)
         return ns
 
-    def load_inode(self, row: InodeRow) -> None:
-        self.table.load(row)
+    def load_inode(self, row: InodeRow, strict: bool = True) -> None:
+        self.table.load(row, strict)
         self.next_ino = max(self.next_ino, row[0] + 1)
 
     def load_dirent(self, parent: int, name: bytes, ino: int | None) -> None:
@@ -71,6 +80,7 @@ class Namespace:
 
     def drop_inode(self, ino: int) -> None:
         self.table.drop(ino)
+        self.extent_edits.pop(ino, None)
 
     def loaded(self) -> None:
         """After loading a checkpoint: collect the free inode numbers, to reuse them."""
@@ -97,6 +107,24 @@ class Namespace:
         taken, self.journal_changes = self.journal_changes, Changes()
         self.catalog_changes.merge(taken)
         return taken
+
+    def take_extent_edits(self, ino: int, wanted: bool) -> list[bytes | int] | None:
+        """For a commit's snapshot of a file (journal.snapshot): the map's edits since the
+        previous commit took it, packed, if wanted, followed all along and fewer than the
+        map's extents; else None, for the whole map. A long map's edits are followed from
+        here on. A take whose META may never be written must be forgotten (forget_extent_edits)."""
+        edits = self.extent_edits.pop(ino, None)
+        extents = self.table.extent_count(ino)
+        if extents >= self.journal_edits_min:
+            self.extent_edits[ino] = []
+        if wanted and edits is not None and len(edits) < extents:
+            return pack_edits(edits)
+        return None
+
+    def forget_extent_edits(self, inodes: Iterable[int]) -> None:
+        """Their next commit logs their maps whole (a commit that took them was given up)."""
+        for ino in inodes:
+            self.extent_edits.pop(ino, None)
 
     def take_catalog_changes(self) -> PendingChanges:
         taken, self.catalog_changes = self.catalog_changes, PendingChanges()
@@ -423,6 +451,7 @@ class Namespace:
         _, dropped, split = ext.insert(extents, e)
         node.extents = extents
         self._account(dropped, split)
+        self._edited(node.ino, e)
         self._touch(node)
 
     def truncate_extents(self, node: Inode, size: int) -> None:
@@ -431,7 +460,13 @@ class Namespace:
             _, dropped, split = ext.punch(extents, size, ext.INFINITY)
             node.extents = extents
             self._account(dropped, split)
+        self._edited(node.ino, size)
         self._touch(node)
+
+    def _edited(self, ino: int, edit: ext.Extent | int) -> None:
+        edits = self.extent_edits.get(ino)
+        if edits is not None:
+            edits.append(edit)
 
     def release(self, node: Inode) -> bool:
         """Forget an inode with no names, open handles or kernel references; True if it went."""
@@ -442,6 +477,7 @@ class Namespace:
             self._account([ext.key(e) for e in dead], [])
             node.extents = []
         self.table.drop(node.ino)
+        self.extent_edits.pop(node.ino, None)
         self._touch(node)
         return True
 

@@ -72,7 +72,11 @@ def check_pack(packdir: str, disk: Disk, report: Report, progress: Progress = QU
             report.findings.append(Finding("damaged-log", f"mount refuses this pack: {e}"))
             st.tolerant = True
             ns = load_namespace(catalog)
-            st.end, _, _ = replay_tolerant(ns, vols, s["volume"], s["offset"], s["seq"], scan)
+            st.end, _, _, stale = replay_tolerant(ns, vols, s["volume"], s["offset"], s["seq"], scan)
+            for ino in sorted(stale):
+                report.findings.append(Finding(
+                    "stale-map", f"inode {ino}: its extent map was logged as edits after a damaged record, so "
+                    "it may show older contents where a commit the damage took changed it"))
             release_orphans(ns)
         finally:
             vols.close()

@@ -51,9 +51,13 @@ def repair_pack(packdir: str, disk: Disk, report: Report, first: State, out: Cal
                 did(f"cut the uncommitted tail after volume {volume_name(vols.active)} @ {vols.tail}, as mount does")
         else:
             assert first.scan is not None
-            end, replayed, seq = replay_tolerant(ns, vols, s["volume"], s["offset"], s["seq"], first.scan)
+            end, replayed, seq, stale = replay_tolerant(ns, vols, s["volume"], s["offset"], s["seq"], first.scan)
             did(f"replayed {len(replayed)} intact commit(s) past damaged records; the log now ends at "
                 f"volume {volume_name(end[0])} @ {end[1]}")
+            if stale:
+                did(f"{len(stale)} file(s) whose extent edits were logged after a damaged record may show "
+                    f"older contents where a lost commit changed them: inodes "
+                    f"{', '.join(map(str, sorted(stale)[:20]))}{' ...' if len(stale) > 20 else ''}")
             for vol in [v for v in vols.existing() if v >= end[0]]:
                 fd = vols.fd(vol)
                 keep = end[1] if vol == end[0] else 0

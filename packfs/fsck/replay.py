@@ -93,13 +93,16 @@ def dead_listed(catalog: Catalog) -> set[tuple[int, int, int]]:
 
 
 def replay_tolerant(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq: int,
-                    scan: Scan) -> tuple[tuple[int, int], list, int]:
+                    scan: Scan) -> tuple[tuple[int, int], list, int, set[int]]:
     """Replay for repair when the log is damaged in a way a crash cannot cause.
 
     The end of the log is after the last META that is intact and whose write batch is
     intact; everything after it is an uncommitted tail, as at mount. Before that end, a
     damaged record is skipped instead of ending the log, and every META with an intact
-    payload is applied, so commits after the damage are kept. Returns (end, metas, seq).
+    payload is applied, so commits after the damage are kept. A META after a damaged
+    record may log a file's map as its edits since a commit that the damage took: the
+    ranges that commit changed then show older contents. Returns (end, metas, seq, the
+    inodes of such maps).
     """
     disk, pid = volumes.disk, volumes.pack_id
     metas = []
@@ -115,14 +118,19 @@ def replay_tolerant(ns: Namespace, volumes: Volumes, start_vol: int, start_off: 
         fd = volumes.fd(r.volume)
         if _batch_intact(disk, fd, r.header.offset, r.offset, pid, disk.size(fd)):
             last = i
+    damaged = min((k for k, r in scan.records.items() if k >= (start_vol, start_off) and not r.intact),
+                  default=None)
     applied = []
+    stale: set[int] = set()
     for r in metas[:last + 1]:
         fd = volumes.fd(r.volume)
         _, payload = read_record(disk, fd, r.offset, pid, disk.size(fd), with_payload=True)
-        journal.apply(ns, payload)  # type: ignore[arg-type]
+        if damaged is not None and (r.volume, r.offset) > damaged:
+            stale.update(journal.edited_maps(payload))  # type: ignore[arg-type]
+        journal.apply(ns, payload, strict=False)  # type: ignore[arg-type]
         applied.append(r.key)
         end = (r.volume, r.end)
-    return end, applied, seq
+    return end, applied, seq, stale
 
 
 def commits_after(scan: Scan, end: tuple[int, int], vols: Volumes, disk: Disk) -> int:

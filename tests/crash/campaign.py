@@ -814,6 +814,7 @@ class Runner:
             instrument_catalog(pk.catalog, disk)
             fs = Filesystem(pk, self.opts, disk)
             fs.journal.snapshot_part = 3  # background checkpoints' and commits' parts interleave with operations
+            fs.ns.journal_edits_min = 2  # nearly every map written twice is journaled as its edits
             async with trio.open_nursery() as nursery:
                 await fs.start(nursery)
                 w = Workload(fs, disk, model, rng)

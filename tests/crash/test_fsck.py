@@ -272,6 +272,42 @@ def test_damaged_commit_in_the_journal_keeps_later_commits(tmp_path: Path) -> No
     assert check(root, image).exit_code == 0
 
 
+def test_a_map_logged_as_edits_after_a_damaged_commit_is_named(tmp_path: Path) -> None:
+    """Format 5 logs a long map as its edits since the previous commit: when that commit
+    is damaged and a later one edits the map, --repair keeps the later commit but the
+    ranges the lost one changed show older contents. fsck names the file."""
+    root = tmp_path / "pack"
+    disk = FaultDisk(str(root))
+    ino: list[int] = []
+
+    async def work(fs):
+        fs.ns.journal_edits_min = 2
+        ino.append(await write_file(fs, "/db", b"0" * (64 * KiB), fsync=False))
+        fh = fs.open(ino[0])
+        try:
+            for page in range(0, 64 * KiB, 8 * KiB):  # a map of many extents, logged whole
+                await fs.write(fh, page, b"1" * 100)
+            await fs.fsync()
+            for mark, page in ((b"2", 0), (b"3", 32 * KiB)):  # two commits of its edits
+                await fs.write(fh, page, mark * 100)
+                await fs.fsync()
+        finally:
+            await fs.release(fh)
+    run(root, disk, work, clean=False)
+    image, _ = disk.power_cut(mode="none")
+    metas = _records(image, root, records.META)
+    path, off, _ = metas[-2]  # the commit of the first edit
+    image.corrupt(image.rel(path), off + records.HEADER_SIZE + 10, b"\xff\xfe")
+    rep = check(root, image)
+    assert {"damaged-log", "stale-map"} <= kinds(rep), rep.lines
+    assert any(f"inode {ino[0]}" in f.message for f in rep.problems if f.kind == "stale-map")
+    final, lines = repair(root, image)
+    assert any("older contents" in line and str(ino[0]) in line for line in lines), lines
+    after = run(root, image, tree)["/db"]
+    assert after[32 * KiB:32 * KiB + 100] == b"3" * 100  # the later commit is kept
+    assert after[:100] == b"1" * 100  # the lost commit's edit is not
+
+
 def test_torn_record_in_the_committed_log(tmp_path: Path) -> None:
     """Bytes of a committed record lost (a sector that never made it, found later): the file is named."""
     root = tmp_path / "pack"

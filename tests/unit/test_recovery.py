@@ -791,9 +791,9 @@ def test_a_checkpoint_runs_without_automatic_collections_and_restores_them(packd
     seen = []
     real_snapshot = journal.snapshot
 
-    def snapshot(ns, changes):
+    def snapshot(ns, changes, **how):
         seen.append(gc.isenabled())
-        return real_snapshot(ns, changes)
+        return real_snapshot(ns, changes, **how)
 
     monkeypatch.setattr(journal, "snapshot", snapshot)
 
