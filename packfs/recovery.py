@@ -177,7 +177,11 @@ def replay(ns: Namespace, volumes: Volumes, start_vol: int, start_off: int, seq:
                         if ino not in seen and old is not None:
                             candidates += [(ino, k, (0, 0)) for k in _record_keys(old)]
                         seen.add(ino)
-                    journal.apply(ns, payload)  # type: ignore[arg-type]
+                    try:
+                        journal.apply(ns, payload)  # type: ignore[arg-type]
+                    except ValueError as e:  # a row that edits a map the namespace lacks
+                        raise PackDamaged(f"the commit at volume {vol} @ {pos} does not apply: {e}; "
+                                          "run packfs fsck") from None
                     rec.replayed += 1
                     rec.metas.append((vol, pos, header.length))
                     end_vol, end_off = vol, pos + header.footprint
