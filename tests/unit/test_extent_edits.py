@@ -8,14 +8,16 @@ commits taken in parts and an fsync that takes over such a commit.
 """
 from __future__ import annotations
 
+import marshal
 import random
 
 import pytest
 import trio
 
-from packfs import journal
+from packfs import journal, records
 from packfs.filesystem import Filesystem, Setattr
 from packfs.namespace import Namespace, ROOT
+from packfs.recovery import PackDamaged
 from test_recovery import REG, open_pack, packdir, read_via_pack, run  # noqa: F401 (packdir: a fixture)
 
 SIZE = 256 << 10
@@ -170,8 +172,6 @@ def test_a_short_map_and_a_non_file_are_logged_whole(packdir):
 
 def test_recovery_refuses_edits_of_a_map_it_does_not_hold(packdir):
     """A bug, never a crash, could log them: recovery must not make up a map."""
-    import marshal
-
     p = open_pack(packdir)
     try:
         row = (99, REG, 0, 0, 1, 10, 0, 0, 0, 0, None, None, [], 0)
@@ -183,3 +183,16 @@ def test_recovery_refuses_edits_of_a_map_it_does_not_hold(packdir):
     finally:
         p.volumes.close()
         p.catalog.close()
+
+
+def test_a_commit_whose_edits_do_not_apply_refuses_the_mount(packdir):
+    async def body(fs: Filesystem) -> None:
+        row = (99, REG, 0, 0, 1, 10, 0, 0, 0, 0, None, None, [], 0)
+        payload = marshal.dumps(([row], [], [], [], 100, fs.journal.volumes.durable_pos), journal.MARSHAL_VERSION)
+        volumes = fs.journal.volumes
+        volumes.append(records.META, 0, 0, payload, sync=True)
+        await volumes.wait_durable(volumes.last_ticket)
+
+    run(packdir, body, clean=False)
+    with pytest.raises(PackDamaged, match="does not apply: a journal row edits the extent map of inode 99"):
+        open_pack(packdir)
