@@ -465,8 +465,12 @@ class Namespace:
 
     def _edited(self, ino: int, edit: ext.Extent | int) -> None:
         edits = self.extent_edits.get(ino)
-        if edits is not None:
+        if edits is None:
+            return
+        if len(edits) < self.table.extent_count(ino):
             edits.append(edit)
+        else:  # the next commit logs the map whole: the edits would only take memory
+            del self.extent_edits[ino]
 
     def release(self, node: Inode) -> bool:
         """Forget an inode with no names, open handles or kernel references; True if it went."""
