@@ -85,9 +85,10 @@ def test_a_long_map_is_journaled_as_its_edits_and_recovers_byte_for_byte(packdir
     assert read_via_pack(packdir, b"db") == expect[0]
 
 
-def test_edits_before_a_checkpoint_logged_after_it_do_no_harm(packdir, monkeypatch):
-    """A commit after the checkpoint may log edits the catalog already holds (made
-    before the checkpoint's own commit took the map): making them again changes nothing."""
+def test_the_first_edits_after_a_checkpoint_edit_the_catalogs_map(packdir):
+    """Recovery starts from the catalog, not from the METAs before its position: the
+    checkpoint's own commit logs the edits made before it, and the next row's edits
+    apply to the catalog's map."""
     expect: list[bytes] = []
 
     async def body(fs: Filesystem) -> None:
@@ -215,3 +216,27 @@ def test_edits_are_let_go_once_they_outnumber_the_map(packdir):
         assert node.ino not in fs.ns.extent_edits
 
     run(packdir, body, clean=True)
+
+
+def test_edits_made_again_leave_the_map_as_once():
+    from packfs import extents as ext
+    from packfs.inodes import pack_edits, replay_edits
+
+    rnd = random.Random(5)
+    live: list = []
+    edits: list = []
+    for i in range(300):
+        if rnd.random() < 0.1:
+            size = rnd.randrange(0, 1 << 20)
+            ext.punch(live, size, ext.INFINITY)
+            edits.append(size)
+        else:
+            n = rnd.randrange(1, 20000)
+            e = (rnd.randrange(0, 1 << 20), n, 1, i * 4096 * 8, 0, n)
+            ext.insert(live, e)
+            edits.append(e)
+    packed = pack_edits(edits)
+    assert replay_edits([], packed) == live
+    assert replay_edits(list(live), packed) == live  # every edit made a second time
+    half = pack_edits(edits[:150])
+    assert replay_edits(replay_edits([], half), pack_edits(edits[100:])) == live  # some of them twice
