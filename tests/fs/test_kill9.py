@@ -344,3 +344,70 @@ def test_kill9_keeps_what_the_commit_interval_committed(tmp_path, packdir):
         assert s["seconds_since_commit"] is None or s["seconds_since_commit"] >= 2.0  # none in this mount, or not since
         shown = subprocess.run([*PACKFS, "stats", str(mnt)], check=True, capture_output=True, text=True).stdout
         assert f"{s['uncommitted_inodes']:>12,}   inodes changed since the last commit" in shown, shown
+
+
+@pytest.mark.parametrize("options", ["", "writeback_cache,nodirect_writes"])
+def test_kill9_keeps_every_committed_sqlite_transaction(tmp_path, packdir, options):
+    """A database written in place, as Swift's container servers write theirs (a rollback
+    journal): after kill -9 it is intact, holds every transaction that committed, and no
+    part of any other. Its pages are rewritten all over, so its extent map grows past the
+    length a commit journals as edits (format 5). synchronous=EXTRA, since a transaction
+    commits when its journal is unlinked, and only EXTRA has SQLite fsync the directory
+    then: with FULL, the last transaction may come back rolled back on any filesystem."""
+    import sqlite3
+
+    mnt = tmp_path / "mnt"
+    batch = 40
+    committed: list[int] = []
+    errors: list[BaseException] = []
+    with mounted(packdir, mnt, options):
+        db = sqlite3.connect(str(mnt / "c.db"), isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode = DELETE")
+        db.execute("PRAGMA synchronous = EXTRA")
+        db.execute("CREATE TABLE object (name TEXT PRIMARY KEY, batch INTEGER, body BLOB)")
+        rnd = random.Random(3)
+        db.execute("BEGIN")
+        for i in range(20_000):
+            db.execute("INSERT INTO object VALUES (?, -1, ?)", ("%032x" % rnd.getrandbits(128), rnd.randbytes(40)))
+        db.execute("COMMIT")
+        killed = threading.Event()
+
+        def writer() -> None:
+            try:
+                n = 0
+                while not killed.is_set():
+                    db.execute("BEGIN")
+                    for _ in range(batch):
+                        db.execute("INSERT INTO object VALUES (?, ?, ?)",
+                                   ("%032x" % rnd.getrandbits(128), n, rnd.randbytes(40)))
+                    db.execute("COMMIT")
+                    committed.append(n)
+                    n += 1
+            except sqlite3.OperationalError as e:
+                if not killed.is_set():  # else the dead mount's ("disk I/O error")
+                    errors.append(e)
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        t = threading.Thread(target=writer)
+        t.start()
+        deadline = time.monotonic() + 60
+        while len(committed) < 30 and time.monotonic() < deadline and t.is_alive():
+            time.sleep(0.05)
+        killed.set()
+        kill9(packdir, mnt)
+        t.join(30)
+        db.close()
+    assert not errors and not t.is_alive(), errors
+    assert len(committed) >= 30, "the writer committed too little before the kill"
+    with mounted(packdir, mnt, options):
+        db = sqlite3.connect(str(mnt / "c.db"))
+        try:
+            assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            counts = dict(db.execute("SELECT batch, count(*) FROM object GROUP BY batch"))
+        finally:
+            db.close()
+    assert counts.pop(-1) == 20_000
+    assert set(committed) <= set(counts), "a transaction that committed was lost"
+    assert set(counts.values()) == {batch}, "a transaction survived in part"
+    assert sorted(counts) == list(range(len(counts)))  # what survived is a prefix of the history
