@@ -48,6 +48,13 @@
  *                database written in place (SQLite: pwrite, fstat, pread) was read back
  *                from packfs page by page.
  *
+ *   fallocate    (fallocate) pyfuse3 has no handler for it, so libfuse answered ENOSYS and
+ *                the kernel refused every later fallocate(2) with EOPNOTSUPP. This one
+ *                hands the request to pyfuse3's setxattr handler as the xattr
+ *                FALLOCATE_NAME, whose value begins with a random token drawn for the
+ *                session (packfs_shim_fallocate_token) and carries the mode, offset and
+ *                length: packfs answers that, and no user's setxattr can pass for it.
+ *
  * fuse_session_mount (killpriv): libfuse 3.14 cannot ask for FUSE_HANDLE_KILLPRIV_V2
  * (Linux 5.12 and later): the filesystem, not the kernel, takes set-ID bits and file
  * capabilities from a file that is written, truncated or chowned. Without it the
@@ -61,6 +68,13 @@
  * handle with direct I/O (packfs's creating handle, see direct_writes) may then be
  * mapped MAP_SHARED, where the kernel answered ENODEV before; the kernel keeps the
  * mapping's pages coherent with the handle's direct writes itself.
+ *
+ * The same I/O serves O_TMPFILE (tmpfile): libfuse 3.14 does not know FUSE_TMPFILE and
+ * answered it ENOSYS, so the kernel refused open(O_TMPFILE) with EOPNOTSUPP. The kernel
+ * sends it as a CREATE of the name "/" with another opcode; this I/O gives it CREATE's
+ * opcode, so pyfuse3's create handler gets the name "/", which no real create can carry,
+ * and packfs makes a file with no name there (Swift writes objects that way when it
+ * can, then links them into place with linkat).
  */
 #define FUSE_USE_VERSION 31
 #define _GNU_SOURCE
@@ -70,6 +84,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <fuse_lowlevel.h>
@@ -79,7 +94,8 @@ typedef struct fuse_session *(*session_new_fn)(struct fuse_args *, const struct 
                                                size_t, void *);
 typedef int (*session_mount_fn)(struct fuse_session *, const char *);
 
-static int want_dircache, want_filecache, want_xattrcache, want_killpriv; /* packfs_shim_enable */
+static int want_dircache, want_filecache, want_xattrcache, want_killpriv, want_tmpfile,
+    want_fallocate; /* packfs_shim_enable */
 static int installed;    /* the last session got the rewritten table */
 static int zero_message; /* ... and its kernel supports zero-message opendir */
 static int zero_open;    /* ... and zero-message open, which filecache asked for */
@@ -92,6 +108,7 @@ static void (*next_read)(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file
 static void (*next_write)(fuse_req_t, fuse_ino_t, const char *, size_t, off_t, struct fuse_file_info *);
 static void (*next_write_buf)(fuse_req_t, fuse_ino_t, struct fuse_bufvec *, off_t, struct fuse_file_info *);
 static void (*next_getxattr)(fuse_req_t, fuse_ino_t, const char *, size_t);
+static void (*next_setxattr)(fuse_req_t, fuse_ino_t, const char *, const char *, size_t, int);
 
 #define INODE_HANDLE (1ULL << 63) /* a handle that names an inode, not an open (filesystem.py) */
 #define ROOT_WRITER (1ULL << 62)  /* ... in a write root sent: it keeps set-ID bits */
@@ -267,6 +284,26 @@ static void forget_slot(unsigned slot)
     xattrs[slot].len = 0;
 }
 
+/* A fallocate as pyfuse3's setxattr handler gets it (see the top): the xattr FALLOCATE_NAME
+ * with the value `<token><i32 mode><i64 offset><i64 length>`, native byte order. */
+#define FALLOCATE_NAME "packfs.fallocate"
+#define TOKEN_SIZE 16
+static unsigned char fallocate_token[TOKEN_SIZE];
+
+static void fallocate_as_setxattr(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+                                  struct fuse_file_info *fi)
+{
+    (void)fi;
+    unsigned char value[TOKEN_SIZE + 4 + 8 + 8];
+    int32_t m = mode;
+    int64_t o = offset, l = length;
+    memcpy(value, fallocate_token, TOKEN_SIZE);
+    memcpy(value + TOKEN_SIZE, &m, 4);
+    memcpy(value + TOKEN_SIZE + 4, &o, 8);
+    memcpy(value + TOKEN_SIZE + 12, &l, 8);
+    next_setxattr(req, ino, FALLOCATE_NAME, (const char *)value, sizeof value, 0);
+}
+
 struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_lowlevel_ops *op,
                                       size_t op_size, void *userdata)
 {
@@ -281,7 +318,9 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
     int dircache = want_dircache && op->opendir && op->readdirplus;
     int filecache = want_filecache && op->open && op->read && op->write && op->write_buf;
     int xattrcache = want_xattrcache && op->getxattr;
-    if (!(dircache || filecache || xattrcache) || op_size > sizeof ops || op->init == NULL)
+    int fallocate = want_fallocate && op->setxattr && op->fallocate == NULL &&
+                    getrandom(fallocate_token, TOKEN_SIZE, 0) == TOKEN_SIZE;
+    if (!(dircache || filecache || xattrcache || fallocate) || op_size > sizeof ops || op->init == NULL)
         return next(args, op, op_size, userdata);
     memcpy(&ops, op, op_size);
     next_init = op->init;
@@ -306,15 +345,35 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
         next_getxattr = op->getxattr;
         ops.getxattr = getxattr_cached;
     }
+    if (fallocate) {
+        next_setxattr = op->setxattr;
+        ops.fallocate = fallocate_as_setxattr;
+    }
     struct fuse_session *se = next(args, &ops, op_size, userdata);
     installed = se != NULL;
     return se;
 }
 
-static ssize_t read_noting_init(int fd, void *buf, size_t len, void *userdata)
+static unsigned long long tmpfiles; /* TMPFILE requests given CREATE's opcode */
+
+/* The kernel's O_TMPFILE open as a CREATE of "/" (see the top), if it names "/" as the
+ * kernel does; any other stays a TMPFILE, which libfuse answers ENOSYS. */
+static void tmpfile_as_create(struct fuse_in_header *in, ssize_t n)
+{
+    const size_t name_at = sizeof *in + sizeof(struct fuse_create_in);
+    if (want_tmpfile && n >= (ssize_t)(name_at + 2) && in->len == (uint32_t)n &&
+        memcmp((const char *)in + name_at, "/", 2) == 0) {
+        in->opcode = FUSE_CREATE;
+        tmpfiles++;
+    }
+}
+
+static ssize_t read_request(int fd, void *buf, size_t len, void *userdata)
 {
     (void)userdata;
     ssize_t n = read(fd, buf, len);
+    if (n >= (ssize_t)sizeof(struct fuse_in_header) && ((struct fuse_in_header *)buf)->opcode == FUSE_TMPFILE)
+        tmpfile_as_create(buf, n);
     if (!init_seen && n >= (ssize_t)(sizeof(struct fuse_in_header) + 16)) {
         const struct fuse_in_header *in = buf;
         if (in->opcode == FUSE_INIT) {
@@ -351,7 +410,7 @@ static ssize_t writev_asking_more(int fd, struct iovec *iov, int count, void *us
     return writev(fd, iov, count);
 }
 
-static const struct fuse_custom_io init_io = {.read = read_noting_init, .writev = writev_asking_more};
+static const struct fuse_custom_io init_io = {.read = read_request, .writev = writev_asking_more};
 
 int fuse_session_mount(struct fuse_session *se, const char *mountpoint)
 {
@@ -359,17 +418,19 @@ int fuse_session_mount(struct fuse_session *se, const char *mountpoint)
     if (next == NULL)
         return -1;
     int r = next(se, mountpoint);
-    if (r == 0 && want_killpriv)
+    if (r == 0 && (want_killpriv || want_tmpfile))
         fuse_session_custom_io(se, &init_io, fuse_session_fd(se)); /* the same fd: only the I/O changes */
     return r;
 }
 
-void packfs_shim_enable(int dircache, int filecache, int xattrcache, int kill_priv)
+void packfs_shim_enable(int dircache, int filecache, int xattrcache, int kill_priv, int tmpfile, int fallocate)
 {
     want_dircache = dircache;
     want_filecache = filecache;
     want_xattrcache = xattrcache;
     want_killpriv = kill_priv;
+    want_tmpfile = tmpfile;
+    want_fallocate = fallocate;
 }
 
 int packfs_shim_installed(void)
@@ -438,6 +499,21 @@ int packfs_shim_zero_message_opendir(void)
 int packfs_shim_zero_message_open(void)
 {
     return installed && zero_open;
+}
+
+/* Copies the session's fallocate token into out (TOKEN_SIZE bytes); 0 if fallocate does
+ * not go through the library. */
+int packfs_shim_fallocate_token(unsigned char *out)
+{
+    if (!(installed && ops.fallocate == fallocate_as_setxattr))
+        return 0;
+    memcpy(out, fallocate_token, TOKEN_SIZE);
+    return 1;
+}
+
+unsigned long long packfs_shim_tmpfiles(void)
+{
+    return tmpfiles;
 }
 
 int packfs_shim_killpriv(void)

@@ -120,7 +120,8 @@ class Daemon:
         ops = Operations(fs)
         self.drain = fuseloop.install(self.opts.drain, busy_polling=self.opts.busy_poll_us > 0)
         fs.journal.on_memory_freed = lambda: trio.to_thread.run_sync(_trim_heap)
-        fuseshim.enable(self.opts.dircache, self.opts.filecache, self.opts.xattrcache)
+        fuseshim.enable(self.opts.dircache, self.opts.filecache, self.opts.xattrcache,
+                        tmpfile=self.opts.tmpfile, fallocate=self.opts.fallocate)
         try:
             pyfuse3.init(ops, self.mountpoint, fuse_options(self.packdir, self.opts))
         except Exception as e:
@@ -137,6 +138,7 @@ class Daemon:
             ops.cache_xattrs = fuseshim.cache_xattrs
         if fuseshim.answers_listing_ends():
             ops.note_listing_end = fuseshim.note_end
+        ops.fallocate_token = fuseshim.fallocate_token()
         if self.drain:
             self.drain.await_request = ops.busypoll.await_request
             if fuseshim.answers_listing_ends() or fuseshim.caches_xattrs():
@@ -171,6 +173,7 @@ class Daemon:
                         "listing_ends_answered_in_shim": fuseshim.ends_answered(),
                         "xattrs_from_shim": fuseshim.caches_xattrs(),
                         "xattrs_answered_in_shim": fuseshim.xattrs_answered(),
+                        "fallocate": bool(ops.fallocate_token), "tmpfiles": fuseshim.tmpfiles(),
                         "fuse_waits_skipped": self.drain.skipped if self.drain else 0,
                         "device": fs.volumes.timings.report()}
             if command == "sync":

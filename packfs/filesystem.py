@@ -44,6 +44,8 @@ FORGET_PART = 8_192  # kernel references dropped per turn of the event loop (~1 
 # The xattr namespaces XFS and ext4 store (system.* holds ACLs, which packfs does not
 # keep): a name they would refuse could not be copied off a packfs device to them.
 XATTR_NAMESPACES = (b"user.", b"trusted.", b"security.")
+FALLOC_FL_KEEP_SIZE = 0x01  # fallocate(2)'s modes packfs serves (linux/falloc.h)
+FALLOC_FL_PUNCH_HOLE = 0x02
 
 
 @dataclass
@@ -116,6 +118,11 @@ class Filesystem:
                target: bytes | None = None) -> Inode:
         self._changeable()
         return self.ns.create(parent, name, mode, uid, gid, rdev, target)
+
+    def create_unlinked(self, parent: int, mode: int, uid: int, gid: int) -> Inode:
+        """A regular file with no name (open(O_TMPFILE)); link() may name it once."""
+        self._changeable()
+        return self.ns.create_unlinked(parent, mode, uid, gid)
 
     def link(self, ino: int, parent: int, name: bytes) -> Inode:
         self._changeable()
@@ -267,6 +274,30 @@ class Filesystem:
         _check_xattr_name(name)
         self._changeable()
         self.ns.setxattr(ino, name, value)
+
+    def fallocate(self, ino: int, mode: int, offset: int, length: int) -> None:
+        """fallocate(2): punch a hole, or check that the disk has room for length bytes and
+        grow the file to offset + length unless KEEP_SIZE. Packed data has no blocks to
+        hold for a file: a later write can still meet ENOSPC, as on a thin volume."""
+        self._changeable()
+        node = self.ns.get(ino)
+        if not node.is_reg:
+            raise FsError(errno.ENODEV)
+        if offset < 0 or length <= 0:
+            raise FsError(errno.EINVAL)
+        if mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE):
+            raise FsError(errno.EOPNOTSUPP)  # zero, collapse, insert or unshare a range
+        end = offset + length
+        if mode & FALLOC_FL_PUNCH_HOLE:
+            self.wb.punch(node, offset, end)
+        elif not self.wb.could_take(length):
+            raise FsError(errno.ENOSPC)
+        elif mode & FALLOC_FL_KEEP_SIZE or end <= node.size:
+            return
+        else:
+            self.wb.truncate(node, end)
+        node.modified(time.time_ns())
+        self.ns.touch(node)
 
     def removexattr(self, ino: int, name: bytes) -> None:
         self._changeable()

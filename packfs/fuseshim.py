@@ -44,6 +44,20 @@ write() unless the filesystem takes set-ID bits and capabilities itself, which l
 (Namespace.remove_privileges): a 64 KiB stream then costs one getxattr per file
 instead of one per write.
 
+O_TMPFILE (option tmpfile): libfuse 3.14 does not know the kernel's TMPFILE request and
+answers it ENOSYS, so open(O_TMPFILE) failed with EOPNOTSUPP, and Swift fell back from
+writing each object into a file with no name, linked into place with linkat(2), to a
+named temporary file renamed into place. The kernel sends TMPFILE as a CREATE of the
+name "/" under another opcode; the library's I/O gives it CREATE's opcode, and packfs's
+create makes a file with no name when the name is "/", which no real create can carry.
+
+fallocate (option fallocate): pyfuse3 has no handler for it, so the kernel refused every
+fallocate(2) with EOPNOTSUPP (Swift reserves an object's size with one, and punches
+holes). The library gives the request to pyfuse3's setxattr handler as the xattr
+"packfs.fallocate", its value a random token drawn for the session followed by the mode,
+offset and length; packfs serves the setxattr that begins with the token as the
+fallocate. No user can send that value: the token never leaves the daemon.
+
 DIRECT_IO_ALLOW_MMAP (always asked for, Linux 6.6 and later): a handle with direct I/O
 (direct_writes: the handle that creates a file) cannot be mapped MAP_SHARED (ENODEV)
 unless the filesystem says it may, which libfuse 3.14 cannot either. The library says
@@ -83,12 +97,17 @@ if _lib is not None:
     _lib.packfs_shim_forget_xattrs.argtypes = [ctypes.c_uint64]
     _lib.packfs_shim_forget_xattrs.restype = None
     _lib.packfs_shim_xattrs_answered.restype = ctypes.c_ulonglong
+    _lib.packfs_shim_tmpfiles.restype = ctypes.c_ulonglong
+
+FALLOCATE_TOKEN_SIZE = 16  # _fuseshim.c's TOKEN_SIZE
 
 
-def enable(dircache: bool, filecache: bool, xattrcache: bool, killpriv: bool = True) -> None:
+def enable(dircache: bool, filecache: bool, xattrcache: bool, killpriv: bool = True, tmpfile: bool = True,
+           fallocate: bool = True) -> None:
     """Ask for each part in the next FUSE session (call before pyfuse3.init)."""
     if _lib is not None:
-        _lib.packfs_shim_enable(int(dircache), int(filecache), int(xattrcache), int(killpriv))
+        _lib.packfs_shim_enable(int(dircache), int(filecache), int(xattrcache), int(killpriv), int(tmpfile),
+                                int(fallocate))
 
 
 def loaded() -> bool:
@@ -164,6 +183,18 @@ def forget_xattrs(ino: int) -> None:
 def xattrs_answered() -> int:
     """Getxattr requests the library answered (they reach no handler)."""
     return int(_lib.packfs_shim_xattrs_answered()) if _lib is not None else 0
+
+
+def fallocate_token() -> bytes:
+    """The token the last FUSE session's fallocate requests begin with, as the setxattr the
+    library makes of them; b"" if they do not come that way (pyfuse3 then answers ENOSYS)."""
+    out = ctypes.create_string_buffer(FALLOCATE_TOKEN_SIZE)
+    return out.raw if _lib is not None and _lib.packfs_shim_fallocate_token(out) else b""
+
+
+def tmpfiles() -> int:
+    """open(O_TMPFILE) requests the library gave to pyfuse3's create handler."""
+    return int(_lib.packfs_shim_tmpfiles()) if _lib is not None else 0
 
 
 def ends_answered() -> int:

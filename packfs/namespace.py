@@ -52,6 +52,9 @@ class Namespace:
         # extent mapped, or the size a truncation cut at.
         self.extent_edits: dict[int, list[ext.Extent | int]] = {}
         self.journal_edits_min = JOURNAL_EDITS_MIN  # tests make it small
+        # Files O_TMPFILE made and link() has not named yet: the one kind of file with no
+        # name that may get one (the kernel asks only for those).
+        self.linkable: set[int] = set()
         # Called once COMMIT_INODES inodes changed since the last commit (the journal
         # then commits in the background, so no single commit grows without bound).
         self.on_many_changes: Callable[[], None] = lambda: None
@@ -261,13 +264,30 @@ class Namespace:
         self._link_entry(d, name, node, now)
         return node
 
+    def create_unlinked(self, parent: int, mode: int, uid: int, gid: int) -> Inode:
+        """A regular file with no name, as open(O_TMPFILE) makes in parent: the directory is
+        not changed, and the file goes when nothing holds it unless link() names it first."""
+        d = self.dir(parent)
+        if d.nlink == 0:
+            raise enoent()
+        ino = self._free_ino()
+        self.table.put(ino, mode, uid, gid, time.time_ns())
+        node = Inode(self.table, ino)
+        node.nlink = 0
+        if d.mode & stat.S_ISGID:
+            node.gid = d.gid
+        self.linkable.add(ino)
+        self._touch(node)
+        return node
+
     def link(self, ino: int, parent: int, name: bytes) -> Inode:
         node = self.get(ino)
         if node.is_dir:
             raise FsError(errno.EPERM)
-        if node.nlink == 0:
-            raise enoent()
+        if node.nlink == 0 and ino not in self.linkable:
+            raise enoent()  # unlinked: only a file O_TMPFILE made may be named (once)
         d = self._new_name(parent, name)
+        self.linkable.discard(ino)
         now = time.time_ns()
         node.nlink += 1
         node.ctime = now
@@ -454,6 +474,16 @@ class Namespace:
         self._edited(node.ino, e)
         self._touch(node)
 
+    def punch(self, node: Inode, start: int, end: int) -> None:
+        """Make [start, end) of a file a hole (fallocate's PUNCH_HOLE); its size stays."""
+        extents = node.extents
+        if extents:
+            _, dropped, split = ext.punch(extents, start, end)
+            node.extents = extents
+            self._account(dropped, split)
+        self.extent_edits.pop(node.ino, None)  # no edit says "a hole here": the next commit logs the map whole
+        self._touch(node)
+
     def truncate_extents(self, node: Inode, size: int) -> None:
         extents = node.extents
         if extents:
@@ -482,6 +512,7 @@ class Namespace:
             node.extents = []
         self.table.drop(node.ino)
         self.extent_edits.pop(node.ino, None)
+        self.linkable.discard(node.ino)
         self._touch(node)
         return True
 

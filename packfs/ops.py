@@ -29,6 +29,7 @@ import functools
 import logging
 import os
 import select
+import struct
 import time
 from typing import Any, Callable, Sequence
 
@@ -42,6 +43,13 @@ from .listings import Listings
 from .stats import OpStats
 
 log = logging.getLogger(__name__)
+
+# The name an open(O_TMPFILE) comes with as a create (fuseshim.py): no real name holds "/".
+TMPFILE_NAME = b"/"
+# A fallocate comes as a setxattr of this name, its value the session's token (fuseshim.py),
+# then the mode, offset and length.
+FALLOCATE_NAME = b"packfs.fallocate"
+_FALLOCATE_ARGS = struct.Struct("=iqq")
 
 
 def _op(fn: Callable) -> Callable:
@@ -97,6 +105,9 @@ class Operations(pyfuse3.Operations):
         # Set by the daemon when the fuse shim answers getxattr from the xattrs it was
         # handed (fuseshim.cache_xattrs): called with an inode and its xattrs packed plain.
         self.cache_xattrs: Callable[[int, bytes], None] | None = None
+        # Set by the daemon when the fuse shim hands fallocate over as a setxattr of
+        # FALLOCATE_NAME (fuseshim.fallocate_token): the token its value begins with.
+        self.fallocate_token = b""
 
     def watch_queue(self, fuse_fd: int | None) -> None:
         """Where requests wait for the loop: alone() looks at it."""
@@ -260,7 +271,11 @@ class Operations(pyfuse3.Operations):
     @_op
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
                      ctx: pyfuse3.RequestContext) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
-        node = self.fs.create(parent_inode, name, (mode & ~ctx.umask & 0o7777) | 0o100000, ctx.uid, ctx.gid)
+        mode = (mode & ~ctx.umask & 0o7777) | 0o100000
+        if name == TMPFILE_NAME:
+            node = self.fs.create_unlinked(parent_inode, mode, ctx.uid, ctx.gid)
+        else:
+            node = self.fs.create(parent_inode, name, mode, ctx.uid, ctx.gid)
         if self.no_release():
             fh = self.fs.created_handle(node.ino, privileged=ctx.uid == 0)
         else:
@@ -302,6 +317,9 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext) -> None:
+        if name == FALLOCATE_NAME and self.fallocate_token and value.startswith(self.fallocate_token):
+            self.fs.fallocate(inode, *_FALLOCATE_ARGS.unpack_from(value, len(self.fallocate_token)))
+            return
         self.fs.setxattr(inode, name, value)
 
     @_op

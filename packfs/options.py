@@ -48,6 +48,8 @@ class Options:
     filecache: bool = True             # files open without a request (no OPEN, no RELEASE)
     xattrcache: bool = True            # getxattr answered in C from the xattrs last read
     xattrs_in_memory: bool = True      # off: checkpointed xattr values are read from the catalog
+    tmpfile: bool = True               # open(O_TMPFILE) makes a file with no name (fuse shim)
+    fallocate: bool = True             # fallocate(2): punch holes, check space (fuse shim)
     debug: bool = False                # log every request
 
     _SIZES = ("disk_chunk_size", "max_dirty", "volume_size", "checkpoint_bytes", "cache_size")

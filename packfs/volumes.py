@@ -180,6 +180,16 @@ class Volumes:
         """True if nbytes of data can be appended now without growing the volume."""
         return not self.broken and self.tail + self.reserved + nbytes + META_RESERVE <= self.allocated
 
+    def could_take(self, nbytes: int) -> bool:
+        """Whether nbytes more of data would find disk space now (fallocate's answer: the
+        log places data as it comes, so nothing can be held for one file)."""
+        if self.has_room(nbytes):
+            return True
+        st = self.disk.statvfs(self.directory)
+        free = st.f_bavail * st.f_frsize
+        return not self.broken and self.tail + self.reserved + nbytes + META_RESERVE <= \
+            self.allocated + max(0, free - HEADROOM)
+
     def refuse_if_broken(self) -> None:
         """EIO once an I/O error has broken the log: nothing more can be committed."""
         if self.broken:

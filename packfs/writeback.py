@@ -145,6 +145,18 @@ class WriteBehind:
             await self.volumes.wait_written(self.volumes.last_ticket)
         return len(data)
 
+    def could_take(self, n: int) -> bool:
+        """Whether the disk has room for n more bytes of a file now (nothing is held)."""
+        return self.volumes.could_take(self._cost(n))
+
+    def punch(self, node: Inode, start: int, end: int) -> None:
+        """A hole in [start, end): a buffered run that reaches into it goes to the log
+        first, so the hole cuts its bytes as it cuts those of earlier records."""
+        buf = node.wbuf
+        if buf is not None and buf.start < end and buf.end > start:
+            self.flush(node)
+        self.ns.punch(node, start, end)
+
     def _cost(self, n: int) -> int:
         """Volume bytes n buffered bytes take once flushed: whole chunks, then the rest."""
         chunks, rest = divmod(n, self.chunk_size)

@@ -12,7 +12,9 @@ One run of a seed:
 2. Run N random operations -- create, open (O_TRUNC), write at offsets (append,
    overwrite, sparse), release, fsync, fsyncdir, truncate, chmod, utime, setxattr,
    removexattr, rename of files and directories (replacing, RENAME_EXCHANGE,
-   RENAME_NOREPLACE), link, unlink (also of open files), mkdir, rmdir, read, checkpoint
+   RENAME_NOREPLACE), link, unlink (also of open files), mkdir, rmdir, read, files made
+   with no name (O_TMPFILE) and named later (linkat), holes punched and reservations and
+   growth by fallocate, checkpoint
    (awaited, or in the background: its snapshot's parts of three keys each interleave
    with the next operations), group commits (two or three tasks changing files and
    fsyncing at once) -- and finally a clean close. Odd seeds also run the background
@@ -88,7 +90,7 @@ from faultdisk import FaultDisk  # noqa: E402
 from packfs import fsck as fsckmod  # noqa: E402
 from packfs import pack as packmod  # noqa: E402
 from packfs.errors import FsError  # noqa: E402
-from packfs.filesystem import Filesystem, Setattr  # noqa: E402
+from packfs.filesystem import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, Filesystem, Setattr  # noqa: E402
 from packfs.namespace import RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT  # noqa: E402
 from packfs.fsck import scan as fsck_scan  # noqa: E402
 from packfs.options import Options  # noqa: E402
@@ -302,7 +304,7 @@ class Workload:
             (self.op_utime, 2), (self.op_setxattr, 6), (self.op_removexattr, 2), (self.op_rename, 9),
             (self.op_link, 3), (self.op_unlink, 5), (self.op_mkdir, 4), (self.op_rmdir, 2),
             (self.op_read, 3), (self.op_checkpoint, 2), (self.op_checkpoint_behind, 2), (self.op_commit_behind, 2),
-            (self.op_group_commit, 5),
+            (self.op_group_commit, 5), (self.op_tmpfile, 3), (self.op_name_tmpfile, 3), (self.op_fallocate, 4),
         ]
         fns, weights = zip(*table)
         for i in range(n):
@@ -537,6 +539,47 @@ class Workload:
         self.m.touch_entry(d, name)
         self.m.touch_file(ino)
         return f"link {ino} as {d}/{name!r}"
+
+    async def op_tmpfile(self) -> str | None:
+        d = self.pick_dir()
+        node = self.fs.create_unlinked(d, stat.S_IFREG | 0o600, 0, 0)
+        self.m.files[node.ino] = MFile(mode=stat.S_IFREG | 0o600, nlink=0, opens=1)
+        self.m.touch_file(node.ino)
+        self.handles.append((self.fs.open(node.ino), node.ino))
+        return f"tmpfile in {d} -> {node.ino}"
+
+    async def op_name_tmpfile(self) -> str | None:
+        unnamed = sorted({ino for _, ino in self.handles if ino in self.fs.ns.linkable})
+        if not unnamed:
+            return None
+        ino, d, name = self.rng.choice(unnamed), self.pick_dir(), self.rng.choice(FILE_NAMES)
+        try:
+            self.fs.link(ino, d, name)
+        except FsError as e:
+            return f"linkat {ino} as {d}/{name!r}: {errno.errorcode[e.errno]}"
+        self.m.dirs[d][name] = ino
+        self.m.files[ino].nlink = 1
+        self.m.touch_entry(d, name)
+        self.m.touch_file(ino)
+        return f"linkat {ino} as {d}/{name!r}"
+
+    async def op_fallocate(self) -> str | None:
+        h = self.pick_handle()
+        if h is None:
+            return None
+        ino = h[1]
+        f = self.m.files[ino]
+        mode = self.rng.choice([FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE] * 3 + [0, FALLOC_FL_KEEP_SIZE])
+        off = self.rng.randrange(len(f.content) + 1)
+        n = int(2 ** self.rng.uniform(0, 16))
+        self.fs.fallocate(ino, mode, off, n)
+        if mode & FALLOC_FL_PUNCH_HOLE:
+            end = min(off + n, len(f.content))
+            f.content[off:end] = bytes(max(0, end - off))
+        elif not mode & FALLOC_FL_KEEP_SIZE and off + n > len(f.content):
+            f.content += bytes(off + n - len(f.content))
+        self.m.touch_file(ino)
+        return f"fallocate {ino} mode {mode} [{off}, +{n})"
 
     async def op_unlink(self) -> str | None:
         e = self.pick_entry(want_dir=False)

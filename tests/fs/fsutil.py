@@ -228,6 +228,28 @@ AT_FDCWD = -100
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
 
+FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE, FALLOC_ZERO_RANGE = 0x01, 0x02, 0x10  # linux/falloc.h
+AT_SYMLINK_FOLLOW = 0x400
+
+
+def fallocate(fd: int, mode: int, offset: int, length: int) -> None:
+    fn: Callable = _libc.fallocate
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+    if fn(fd, mode, offset, length) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+def link_fd(fd: int, new: Path | str) -> None:
+    """Name an open file (an O_TMPFILE one too) as Swift does: linkat of /proc/self/fd/N,
+    following it (os.link would link the /proc symlink itself: EXDEV)."""
+    fn: Callable = _libc.linkat
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    if fn(AT_FDCWD, f"/proc/self/fd/{fd}".encode(), AT_FDCWD, os.fsencode(new), AT_SYMLINK_FOLLOW) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), str(new))
+
+
 def renameat2(old: Path | str, new: Path | str, flags: int) -> None:
     fn: Callable = _libc.renameat2
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]

@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from fsutil import loop_ext4, renameat2, snapshot_tree
+from fsutil import FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE, FALLOC_ZERO_RANGE, fallocate, link_fd, loop_ext4, \
+    renameat2, snapshot_tree
 from mounts import mounted
 
 MiB = 1 << 20
@@ -49,7 +50,8 @@ def _op(rng: random.Random) -> tuple[str, tuple]:
         slot = rng.randrange(4)
         on_handle: dict[str, Any] = {
             "hold": lambda: (p(rng), rng.choice([os.O_RDWR, os.O_RDWR | os.O_CREAT, os.O_WRONLY | os.O_APPEND,
-                                                 os.O_RDONLY, os.O_RDWR | os.O_TRUNC])),
+                                                 os.O_RDONLY, os.O_RDWR | os.O_TRUNC, os.O_TMPFILE | os.O_RDWR,
+                                                 os.O_TMPFILE | os.O_WRONLY | os.O_EXCL])),
             "pwrite": lambda: (rng.choice([0, 10, 4096, 100_000]), rng.randbytes(rng.choice([1, 100, 5000, 70_000]))),
             "pread": lambda: (rng.choice([0, 50, 5000, 100_000]), rng.choice([1, 100, 10_000, 200_000])),
             "fstat": lambda: (),
@@ -58,9 +60,12 @@ def _op(rng: random.Random) -> tuple[str, tuple]:
             "fgetxattr": lambda: (rng.choice(XATTR_NAMES[:2]),),
             "fchmod": lambda: (rng.randrange(0o10000),),
             "futime": lambda: (rng.choice([(0, 0), (1, 2), (10**18, 5)]),),
+            "fallocate": lambda: (rng.choice([0, FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE,
+                                              FALLOC_ZERO_RANGE]),
+                                  rng.choice([0, 10, 4096, 100_000]), rng.choice([1, 100, 5000, 70_000])),
             "fsync": lambda: (),
             "close": lambda: (),
-            "relink": lambda: (p(rng),),  # linkat of /proc/self/fd/N: ENOENT once unlinked
+            "relink": lambda: (p(rng),),  # linkat of /proc/self/fd/N: ENOENT once unlinked, but O_TMPFILE's
         }
         name = rng.choice([n for n in on_handle for _ in range(3 if n in ("hold", "pwrite") else 1)])
         return "fd " + name, (slot, *on_handle[name]())
@@ -121,7 +126,8 @@ def _on_handle(handles: dict[int, int], root: Path, op: str, slot: int, *args: A
         "fchmod": lambda: os.fchmod(fd, args[0]),
         "futime": lambda: os.utime(fd, ns=args[0]),
         "fsync": lambda: os.fsync(fd),
-        "relink": lambda: os.link(f"/proc/self/fd/{fd}", root / args[0]),
+        "relink": lambda: link_fd(fd, root / args[0]),
+        "fallocate": lambda: fallocate(fd, *args),
     }
     return calls[op]()
 

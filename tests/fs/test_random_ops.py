@@ -107,7 +107,7 @@ class Worker:
         name = self._pick(n)
         m = self.model[name]
         size = len(m) + self.rng.choice([1, 4096, 100_000])
-        os.posix_fallocate(self._fd(name), 0, size)  # (glibc writes the zeros: packfs has no fallocate)
+        os.posix_fallocate(self._fd(name), 0, size)  # packfs's fallocate grows the file (fuse shim)
         m.extend(bytes(size - len(m)))
 
     def map(self, n: int) -> None:

@@ -6,6 +6,7 @@ import pickle
 
 import pytest
 
+from mounts import stats
 from swifthelpers import md5, obj_path, object_dir, rand_body, replicate, request, ts
 
 ACCOUNT, CONTAINER = "AUTH_test", "c"
@@ -135,6 +136,24 @@ def test_range_gets(osrv):
     assert data[:2] in r.body and data[70000:70010] in r.body
     r = osrv.call("GET", "ranges", {"Range": f"bytes={len(data) + 10}-"})
     assert r.status == 416
+
+
+def test_objects_are_written_with_no_name_and_linked_into_place(osrv):
+    """Swift's object writer opens the hash directory with O_TMPFILE and names the file
+    with linkat once it is whole (DiskFileManager.use_linkat): on packfs too, so no
+    temporary name ever shows in <device>/tmp, and every object reads back."""
+    if osrv.backend != "packfs":
+        pytest.skip("counts packfs's O_TMPFILE opens")
+    device = osrv.root / DEV
+    before = stats(device)["tmpfiles"]
+    bodies = {f"linkat-{i}": rand_body(3000 * i) for i in range(1, 6)}
+    for name, body in bodies.items():
+        assert osrv.put(name, body).status == 201
+    assert stats(device)["tmpfiles"] >= before + len(bodies)
+    assert not (device / "tmp").exists() or os.listdir(device / "tmp") == []
+    for name, body in bodies.items():
+        r = osrv.call("GET", name)
+        assert r.status == 200 and r.body == body
 
 
 def test_overwrite_and_tombstones(osrv):

@@ -105,6 +105,23 @@ def test_link_and_unlink(ns):
     assert ns.release(f) and f.ino not in ns
 
 
+def test_a_file_with_no_name_is_named_once_and_released_if_never_named(ns):
+    d = ns.create(ROOT, b"d", DIR | stat.S_ISGID, 0, 7)
+    ns.take_journal_changes()
+    mtime = d.mtime
+    t = ns.create_unlinked(d.ino, REG, 0, 0)
+    assert t.nlink == 0 and t.gid == 7 and ns.listdir(d.ino) == [] and d.mtime == mtime
+    assert t.ino in ns.take_journal_changes().inodes  # an fsync commits it (recovery drops it)
+    ns.link(t.ino, d.ino, b"obj")
+    assert t.nlink == 1 and ns.lookup(d.ino, b"obj") == t
+    ns.unlink(d.ino, b"obj")
+    assert err(ns.link, t.ino, d.ino, b"again") == errno.ENOENT  # named once: an ordinary file now
+    gone = ns.create_unlinked(d.ino, REG, 0, 0)
+    assert ns.release(gone) and gone.ino not in ns and gone.ino not in ns.linkable
+    ns.rmdir(ROOT, b"d")
+    assert err(ns.create_unlinked, d.ino, REG, 0, 0) == errno.ENOENT  # a removed directory
+
+
 def test_release_keeps_open_or_linked(ns):
     f = ns.create(ROOT, b"f", REG, 0, 0)
     assert not ns.release(f)  # still named
@@ -250,6 +267,19 @@ def test_extent_accounting_frees_dead_records(ns):
     assert ns.refs == {} and ns.take_frees() == []
     ns.truncate_extents(f, 0)
     assert sorted(ns.take_frees()) == [(1, 4096, 100), (1, 8192, 100), (1, 12288, 20)]
+
+
+def test_a_punched_hole_frees_the_records_it_covers_and_splits_the_one_it_cuts(ns):
+    f = ns.create(ROOT, b"f", REG, 0, 0)
+    for i in range(3):
+        ns.map_extent(f, (i * 100, 100, 1, i * 4096, 0, 100))
+    ns.extent_edits[f.ino] = []  # as if the map were long enough to be journaled as edits
+    ns.punch(f, 50, 250)
+    assert f.extent_list() == [(0, 50, 1, 0, 0, 100), (250, 50, 1, 8192, 50, 100)]
+    assert ns.take_frees() == [(1, 4096, 100)]
+    assert f.ino not in ns.extent_edits  # a hole is no edit: the next commit logs the map whole
+    ns.punch(f, 20, 30)
+    assert ns.refs == {(1, 0, 100): 2}
 
 
 def test_release_frees_all_records(ns):

@@ -1,0 +1,94 @@
+"""fallocate(2): the modes packfs serves (the fuse shim hands them over, fuseshim.py).
+
+Swift reserves an object's size with FALLOC_FL_KEEP_SIZE before it writes, and punches
+holes with FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE. Packed data has no blocks to set
+aside for one file, so a reservation is a check that the disk has the room now.
+"""
+from __future__ import annotations
+
+import errno
+import os
+
+from fsutil import FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE, FALLOC_ZERO_RANGE, fallocate, raises_errno, read_file
+from mounts import mount, mounted, stats, umount
+
+PUNCH = FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE
+MiB = 1 << 20
+
+
+def test_a_reservation_keeps_the_size_and_the_times(work):
+    with open(work / "f", "wb") as f:
+        f.write(b"abc")
+        f.flush()
+        before = os.fstat(f.fileno())
+        fallocate(f.fileno(), FALLOC_KEEP_SIZE, 0, 10 * MiB)
+        after = os.fstat(f.fileno())
+    assert after.st_size == 3
+    assert (after.st_mtime_ns, after.st_ctime_ns) == (before.st_mtime_ns, before.st_ctime_ns)
+
+
+def test_allocating_past_the_end_grows_the_file_with_zeros(work):
+    with open(work / "f", "wb") as f:
+        f.write(b"abc")
+        f.flush()
+        before = os.fstat(f.fileno())
+        fallocate(f.fileno(), 0, 1000, 5000)
+        after = os.fstat(f.fileno())
+        fallocate(f.fileno(), 0, 0, 100)  # within the file: nothing changes
+        assert os.fstat(f.fileno()).st_size == 6000
+    assert after.st_size == 6000
+    assert after.st_mtime_ns > before.st_mtime_ns
+    assert read_file(work / "f") == b"abc" + bytes(5997)
+
+
+def test_a_punched_hole_reads_zeros_and_survives_a_remount(tmp_path):
+    pack, mnt = tmp_path / "pack", tmp_path / "mnt"
+    data = os.urandom(3 * MiB)
+    with mounted(pack, mnt):
+        fd = os.open(mnt / "f", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            os.write(fd, data)  # the last MiB may still be buffered in packfs: the hole cuts it too
+            fallocate(fd, PUNCH, MiB - 100, MiB + 200)
+            fallocate(fd, PUNCH, 3 * MiB - 10, 5 * MiB)  # past the end: the size stays
+            os.fsync(fd)
+            assert os.fstat(fd).st_size == len(data)
+        finally:
+            os.close(fd)
+        expect = data[:MiB - 100] + bytes(MiB + 200) + data[2 * MiB + 100:3 * MiB - 10] + bytes(10)
+        assert read_file(mnt / "f") == expect
+        umount(pack, mnt)
+        mount(pack, mnt)
+        assert read_file(mnt / "f") == expect
+        fd = os.open(mnt / "f", os.O_RDWR)
+        live = stats(mnt)["live_bytes"]
+        try:
+            fallocate(fd, PUNCH, 0, 3 * MiB)  # every record loses its last extent
+        finally:
+            os.close(fd)
+        assert read_file(mnt / "f") == bytes(len(data))
+        assert stats(mnt)["live_bytes"] < live - 2 * MiB
+
+
+def test_no_room_is_enospc_and_other_modes_are_not_supported(work):
+    with open(work / "f", "wb") as f:
+        with raises_errno(errno.ENOSPC):
+            fallocate(f.fileno(), FALLOC_KEEP_SIZE, 0, 1 << 50)
+        with raises_errno(errno.EOPNOTSUPP):
+            fallocate(f.fileno(), FALLOC_ZERO_RANGE, 0, 4096)
+    assert os.stat(work / "f").st_size == 0
+
+
+def test_a_user_cannot_pass_a_setxattr_for_a_fallocate(work):
+    (work / "f").write_bytes(b"data")
+    for value in (b"", b"x" * 36, bytes(36)):
+        with raises_errno(errno.EOPNOTSUPP):
+            os.setxattr(work / "f", "packfs.fallocate", value)
+    assert read_file(work / "f") == b"data"
+
+
+def test_the_option_turns_it_off(tmp_path):
+    with mounted(tmp_path / "pack", tmp_path / "mnt", "nofallocate") as m:
+        with open(m / "f", "wb") as f:
+            with raises_errno(errno.EOPNOTSUPP):
+                fallocate(f.fileno(), FALLOC_KEEP_SIZE, 0, 4096)
+        assert stats(m)["fallocate"] is False
