@@ -46,6 +46,7 @@ FORGET_PART = 8_192  # kernel references dropped per turn of the event loop (~1 
 XATTR_NAMESPACES = (b"user.", b"trusted.", b"security.")
 FALLOC_FL_KEEP_SIZE = 0x01  # fallocate(2)'s modes packfs serves (linux/falloc.h)
 FALLOC_FL_PUNCH_HOLE = 0x02
+FALLOC_FL_ZERO_RANGE = 0x10
 
 
 @dataclass
@@ -276,25 +277,26 @@ class Filesystem:
         self.ns.setxattr(ino, name, value)
 
     def fallocate(self, ino: int, mode: int, offset: int, length: int) -> None:
-        """fallocate(2): punch a hole, or check that the disk has room for length bytes and
-        grow the file to offset + length unless KEEP_SIZE. Packed data has no blocks to
-        hold for a file: a later write can still meet ENOSPC, as on a thin volume."""
+        """fallocate(2): punch a hole or zero a range (a hole too), or check that the disk
+        has room for length bytes; grow the file to offset + length unless KEEP_SIZE.
+        Packed data has no blocks to hold for a file: a later write can still meet
+        ENOSPC, as on a thin volume. (FUSE passes no other mode.) mtime and ctime change
+        whatever the mode, as on ext4 and XFS."""
         self._changeable()
         node = self.ns.get(ino)
         if not node.is_reg:
             raise FsError(errno.ENODEV)
         if offset < 0 or length <= 0:
             raise FsError(errno.EINVAL)
-        if mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE):
-            raise FsError(errno.EOPNOTSUPP)  # zero, collapse, insert or unshare a range
+        if mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE):
+            raise FsError(errno.EOPNOTSUPP)  # collapse, insert or unshare a range
         end = offset + length
-        if mode & FALLOC_FL_PUNCH_HOLE:
+        grows = not mode & FALLOC_FL_KEEP_SIZE and end > node.size
+        if mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE):
             self.wb.punch(node, offset, end)
         elif not self.wb.could_take(length):
             raise FsError(errno.ENOSPC)
-        elif mode & FALLOC_FL_KEEP_SIZE or end <= node.size:
-            return
-        else:
+        if grows:
             self.wb.truncate(node, end)
         node.modified(time.time_ns())
         self.ns.touch(node)

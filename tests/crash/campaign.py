@@ -90,7 +90,8 @@ from faultdisk import FaultDisk  # noqa: E402
 from packfs import fsck as fsckmod  # noqa: E402
 from packfs import pack as packmod  # noqa: E402
 from packfs.errors import FsError  # noqa: E402
-from packfs.filesystem import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, Filesystem, Setattr  # noqa: E402
+from packfs.filesystem import (FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE,  # noqa: E402
+                               Filesystem, Setattr)
 from packfs.namespace import RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT  # noqa: E402
 from packfs.fsck import scan as fsck_scan  # noqa: E402
 from packfs.options import Options  # noqa: E402
@@ -569,14 +570,15 @@ class Workload:
             return None
         ino = h[1]
         f = self.m.files[ino]
-        mode = self.rng.choice([FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE] * 3 + [0, FALLOC_FL_KEEP_SIZE])
+        mode = self.rng.choice([FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE] * 3 + [
+            0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_ZERO_RANGE, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE])
         off = self.rng.randrange(len(f.content) + 1)
         n = int(2 ** self.rng.uniform(0, 16))
         self.fs.fallocate(ino, mode, off, n)
-        if mode & FALLOC_FL_PUNCH_HOLE:
+        if mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE):
             end = min(off + n, len(f.content))
             f.content[off:end] = bytes(max(0, end - off))
-        elif not mode & FALLOC_FL_KEEP_SIZE and off + n > len(f.content):
+        if not mode & FALLOC_FL_KEEP_SIZE and off + n > len(f.content):
             f.content += bytes(off + n - len(f.content))
         self.m.touch_file(ino)
         return f"fallocate {ino} mode {mode} [{off}, +{n})"

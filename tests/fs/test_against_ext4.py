@@ -50,8 +50,9 @@ def _op(rng: random.Random) -> tuple[str, tuple]:
         slot = rng.randrange(4)
         on_handle: dict[str, Any] = {
             "hold": lambda: (p(rng), rng.choice([os.O_RDWR, os.O_RDWR | os.O_CREAT, os.O_WRONLY | os.O_APPEND,
-                                                 os.O_RDONLY, os.O_RDWR | os.O_TRUNC, os.O_TMPFILE | os.O_RDWR,
-                                                 os.O_TMPFILE | os.O_WRONLY | os.O_EXCL])),
+                                                 os.O_RDONLY, os.O_RDWR | os.O_TRUNC])),
+            "hold tmpfile": lambda: (rng.choice([".", p(rng)]), rng.choice([os.O_TMPFILE | os.O_RDWR,
+                                                                           os.O_TMPFILE | os.O_WRONLY | os.O_EXCL])),
             "pwrite": lambda: (rng.choice([0, 10, 4096, 100_000]), rng.randbytes(rng.choice([1, 100, 5000, 70_000]))),
             "pread": lambda: (rng.choice([0, 50, 5000, 100_000]), rng.choice([1, 100, 10_000, 200_000])),
             "fstat": lambda: (),
@@ -103,7 +104,7 @@ def _op(rng: random.Random) -> tuple[str, tuple]:
 
 
 def _on_handle(handles: dict[int, int], root: Path, op: str, slot: int, *args: Any) -> Any:
-    if op == "hold":
+    if op in ("hold", "hold tmpfile"):
         if slot in handles:
             os.close(handles.pop(slot))
         handles[slot] = os.open(root / args[0], args[1] | os.O_NONBLOCK, 0o644)
