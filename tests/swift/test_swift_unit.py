@@ -1,9 +1,9 @@
 """Stock Swift's own unit tests (DiskFile, utils, libc) with TMPDIR on a packfs mount.
 
 Same runner as `make swift-unit` (mount/swift_unit.py). On XFS these give 935 passed +
-9 skipped of 944. On packfs every test that passes on XFS must pass, except the 12 that
-pyfuse3 on libfuse 3.14 cannot run (O_TMPFILE, fallocate punch-hole; see
-docs/swift-unit-tests.md), so at least 923 pass and nothing else differs.
+9 skipped of 944. On packfs every test that passes on XFS must pass, O_TMPFILE's and
+fallocate's among them (the fuse shim hands both to packfs; docs/swift-unit-tests.md),
+and nothing else may differ.
 """
 from __future__ import annotations
 
