@@ -276,6 +276,10 @@ class Operations(pyfuse3.Operations):
             node = self.fs.create_unlinked(parent_inode, mode, ctx.uid, ctx.gid)
         else:
             node = self.fs.create(parent_inode, name, mode, ctx.uid, ctx.gid)
+        if self.cache_xattrs is not None:
+            # A new file has no xattrs: the kernel's probe for security.capability, before
+            # the first fallocate (Swift's reservation) or cached write, is answered in C.
+            self.cache_xattrs(node.ino, b"")
         if self.no_release():
             fh = self.fs.created_handle(node.ino, privileged=ctx.uid == 0)
         else:

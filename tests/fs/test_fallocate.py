@@ -10,7 +10,7 @@ import errno
 import os
 
 from fsutil import FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE, FALLOC_ZERO_RANGE, fallocate, raises_errno, read_file
-from mounts import mount, mounted, stats, umount
+from mounts import mount, mounted, requests_served, stats, umount
 
 PUNCH = FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE
 MiB = 1 << 20
@@ -89,6 +89,22 @@ def test_no_room_is_enospc(work):
         with raises_errno(errno.ENOSPC):
             fallocate(f.fileno(), 0, 0, 1 << 50)
     assert os.stat(work / "f").st_size == 0
+
+
+def test_the_kernels_capability_probe_before_a_new_files_reservation_is_answered_in_c(work, shared_mount):
+    """The kernel asks getxattr("security.capability") of a file before its first
+    fallocate; a file just made has no xattrs, and the fuse shim is told so at once."""
+    _, m = shared_mount
+    served, in_shim = requests_served(m).get("getxattr", 0), stats(m)["xattrs_answered_in_shim"]
+    for _ in range(3):  # as Swift writes an object
+        fd = os.open(work, os.O_TMPFILE | os.O_WRONLY, 0o600)
+        try:
+            fallocate(fd, FALLOC_KEEP_SIZE, 0, 4096)
+            os.write(fd, b"x" * 4096)
+        finally:
+            os.close(fd)
+    assert requests_served(m).get("getxattr", 0) == served
+    assert stats(m)["xattrs_answered_in_shim"] == in_shim + 3
 
 
 def test_a_user_cannot_pass_a_setxattr_for_a_fallocate(work):
