@@ -241,9 +241,20 @@ static int stored_namespace(const char *name)
     return 0;
 }
 
+/* Files packfs made and whose xattrs have not changed since (packfs_shim_note_new), by the
+ * same slots: they have no security.capability. The kernel asks for it once per inode,
+ * before a file's first fallocate (Swift's reservation) or cached write; the files' other
+ * xattrs still go to packfs, whose first xattr read of a file starts its prefetch. */
+static fuse_ino_t new_files[XATTR_SLOTS];
+
 static void getxattr_cached(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
     unsigned slot = ino % XATTR_SLOTS;
+    if (new_files[slot] == ino && strcmp(name, "security.capability") == 0) {
+        xattrs_answered++;
+        fuse_reply_err(req, ENODATA);
+        return;
+    }
     if (xattrs[slot].ino != ino) {
         next_getxattr(req, ino, name, size);
         return;
@@ -312,6 +323,7 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
         return NULL;
     installed = zero_message = zero_open = 0;
     memset(ends, 0, sizeof ends);
+    memset(new_files, 0, sizeof new_files);
     for (unsigned slot = 0; slot < XATTR_SLOTS; slot++)
         forget_slot(slot);
     init_seen = init_offers = init_offers_mmap = init_answered = killpriv = direct_mmap = 0;
@@ -469,6 +481,14 @@ void packfs_shim_forget_xattrs(uint64_t ino)
     unsigned slot = ino % XATTR_SLOTS;
     if (xattrs[slot].ino == ino)
         forget_slot(slot);
+    if (new_files[slot] == ino)
+        new_files[slot] = 0;
+}
+
+/* packfs just made `ino`: it has no xattrs (see new_files). */
+void packfs_shim_note_new(uint64_t ino)
+{
+    new_files[ino % XATTR_SLOTS] = ino;
 }
 
 unsigned long long packfs_shim_xattrs_answered(void)

@@ -136,6 +136,7 @@ class Daemon:
         if fuseshim.caches_xattrs():
             fs.ns.table.xattrs_changed = fuseshim.forget_xattrs
             ops.cache_xattrs = fuseshim.cache_xattrs
+            ops.note_new_file = fuseshim.note_new
         if fuseshim.answers_listing_ends():
             ops.note_listing_end = fuseshim.note_end
         ops.fallocate_token = fuseshim.fallocate_token()

@@ -96,6 +96,8 @@ if _lib is not None:
     _lib.packfs_shim_cache_xattrs.argtypes = [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t]
     _lib.packfs_shim_forget_xattrs.argtypes = [ctypes.c_uint64]
     _lib.packfs_shim_forget_xattrs.restype = None
+    _lib.packfs_shim_note_new.argtypes = [ctypes.c_uint64]
+    _lib.packfs_shim_note_new.restype = None
     _lib.packfs_shim_xattrs_answered.restype = ctypes.c_ulonglong
     _lib.packfs_shim_tmpfiles.restype = ctypes.c_ulonglong
 
@@ -173,6 +175,12 @@ def cache_xattrs(ino: int, plain: bytes) -> None:
     packfs then."""
     if len(plain) <= CACHED_XATTRS_MAX:
         _lib.packfs_shim_cache_xattrs(ino, plain, len(plain))  # type: ignore[union-attr]
+
+
+def note_new(ino: int) -> None:
+    """packfs just made `ino`, which has no xattrs: the kernel's getxattr of its
+    security.capability is answered in C until forget_xattrs(ino)."""
+    _lib.packfs_shim_note_new(ino)  # type: ignore[union-attr]
 
 
 def forget_xattrs(ino: int) -> None:

@@ -105,6 +105,10 @@ class Operations(pyfuse3.Operations):
         # Set by the daemon when the fuse shim answers getxattr from the xattrs it was
         # handed (fuseshim.cache_xattrs): called with an inode and its xattrs packed plain.
         self.cache_xattrs: Callable[[int, bytes], None] | None = None
+        # Set by the daemon with cache_xattrs: tells the fuse shim a file create() made has
+        # no xattrs, so the kernel's getxattr of its security.capability (once per inode,
+        # before its first fallocate, Swift's reservation) is answered in C.
+        self.note_new_file: Callable[[int], None] | None = None
         # Set by the daemon when the fuse shim hands fallocate over as a setxattr of
         # FALLOCATE_NAME (fuseshim.fallocate_token): the token its value begins with.
         self.fallocate_token = b""
@@ -276,10 +280,8 @@ class Operations(pyfuse3.Operations):
             node = self.fs.create_unlinked(parent_inode, mode, ctx.uid, ctx.gid)
         else:
             node = self.fs.create(parent_inode, name, mode, ctx.uid, ctx.gid)
-        if self.cache_xattrs is not None:
-            # A new file has no xattrs: the kernel's probe for security.capability, before
-            # the first fallocate (Swift's reservation) or cached write, is answered in C.
-            self.cache_xattrs(node.ino, b"")
+        if self.note_new_file is not None:
+            self.note_new_file(node.ino)
         if self.no_release():
             fh = self.fs.created_handle(node.ino, privileged=ctx.uid == 0)
         else:

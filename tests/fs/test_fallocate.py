@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
 
 from fsutil import FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE, FALLOC_ZERO_RANGE, fallocate, raises_errno, read_file
 from mounts import mount, mounted, requests_served, stats, umount
@@ -105,6 +106,15 @@ def test_the_kernels_capability_probe_before_a_new_files_reservation_is_answered
             os.close(fd)
     assert requests_served(m).get("getxattr", 0) == served
     assert stats(m)["xattrs_answered_in_shim"] == in_shim + 3
+    # Only the kernel's probe: a new file's other xattrs go to packfs (its first read of
+    # a file's xattrs starts the prefetch), and a capability set later is seen.
+    (work / "named").write_bytes(b"")
+    with raises_errno(errno.ENODATA):
+        os.getxattr(work / "named", "user.swift.metadata")
+    assert requests_served(m)["getxattr"] == served + 1
+    cap = struct.pack("<5I", 0x02000000, 1 << 10, 0, 0, 0)  # VFS_CAP_REVISION_2: CAP_NET_BIND_SERVICE
+    os.setxattr(work / "named", "security.capability", cap)
+    assert os.getxattr(work / "named", "security.capability") == cap
 
 
 def test_a_user_cannot_pass_a_setxattr_for_a_fallocate(work):
