@@ -366,6 +366,7 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
     return se;
 }
 
+static int custom_io;               /* the last session's I/O is read_request's (see fuse_session_mount) */
 static unsigned long long tmpfiles; /* TMPFILE requests given CREATE's opcode */
 
 /* The kernel's O_TMPFILE open as a CREATE of "/" (see the top), if it names "/" as the
@@ -430,8 +431,8 @@ int fuse_session_mount(struct fuse_session *se, const char *mountpoint)
     if (next == NULL)
         return -1;
     int r = next(se, mountpoint);
-    if (r == 0 && (want_killpriv || want_tmpfile))
-        fuse_session_custom_io(se, &init_io, fuse_session_fd(se)); /* the same fd: only the I/O changes */
+    custom_io = r == 0 && (want_killpriv || want_tmpfile) &&
+                fuse_session_custom_io(se, &init_io, fuse_session_fd(se)) == 0; /* the same fd: only the I/O changes */
     return r;
 }
 
@@ -534,6 +535,11 @@ int packfs_shim_fallocate_token(unsigned char *out)
 unsigned long long packfs_shim_tmpfiles(void)
 {
     return tmpfiles;
+}
+
+int packfs_shim_serves_tmpfile(void)
+{
+    return custom_io && want_tmpfile;
 }
 
 int packfs_shim_killpriv(void)

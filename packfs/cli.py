@@ -246,6 +246,10 @@ def format_stats(s: dict) -> str:
                             if s.get("killpriv_v2") else "taken as the kernel asks (cached writes cost a getxattr each)"),
         "mappings       " + ("MAP_SHARED on any handle, the creating one's too"
                             if s.get("direct_io_mmap") else "MAP_SHARED on a creating handle fails (ENODEV): reopen the file"),
+        (f"O_TMPFILE      {s['tmpfiles']:>12,}   files opened with no name (Swift's objects, linked into place)"
+         if s.get("o_tmpfile") else "O_TMPFILE      refused (EOPNOTSUPP): Swift names a temporary file and renames it"),
+        "fallocate      " + ("served: holes, zeroed ranges, growth; a reservation checks the disk's room"
+                            if s.get("fallocate") else "refused (EOPNOTSUPP)"),
     ]
     if s.get("broken"):
         lines.append(f"BROKEN         writes refused after an I/O error: {s['broken']}")

@@ -200,6 +200,11 @@ def fallocate_token() -> bytes:
     return out.raw if _lib is not None and _lib.packfs_shim_fallocate_token(out) else b""
 
 
+def serves_tmpfile() -> bool:
+    """Whether the last FUSE session hands open(O_TMPFILE) to packfs (option tmpfile)."""
+    return _lib is not None and bool(_lib.packfs_shim_serves_tmpfile())
+
+
 def tmpfiles() -> int:
     """open(O_TMPFILE) requests the library gave to pyfuse3's create handler."""
     return int(_lib.packfs_shim_tmpfiles()) if _lib is not None else 0

@@ -114,7 +114,7 @@ def test_the_option_turns_it_off_and_nofilecache_keeps_it(tmp_path, options):
         if options == "notmpfile":
             with raises_errno(errno.EOPNOTSUPP):
                 os.open(m, os.O_TMPFILE | os.O_WRONLY, 0o600)
-            assert stats(m)["tmpfiles"] == 0
+            assert (stats(m)["tmpfiles"], stats(m)["o_tmpfile"]) == (0, False)
             return
         fd = os.open(m, os.O_TMPFILE | os.O_WRONLY, 0o600)  # a counted handle: release comes
         try:
@@ -123,4 +123,4 @@ def test_the_option_turns_it_off_and_nofilecache_keeps_it(tmp_path, options):
         finally:
             os.close(fd)
         assert read_file(m / "named") == b"abc"
-        assert stats(m)["tmpfiles"] == 1
+        assert (stats(m)["tmpfiles"], stats(m)["o_tmpfile"]) == (1, True)
