@@ -528,18 +528,19 @@ class Workload:
 
     async def op_link(self) -> str | None:
         ino = self.pick_file()
-        if ino is None:
-            return None
+        return None if ino is None else self._link(ino, "link")
+
+    def _link(self, ino: int, what: str) -> str:
         d, name = self.pick_dir(), self.rng.choice(FILE_NAMES)
         try:
             self.fs.link(ino, d, name)
         except FsError as e:
-            return f"link {ino} as {d}/{name!r}: {errno.errorcode[e.errno]}"
+            return f"{what} {ino} as {d}/{name!r}: {errno.errorcode[e.errno]}"
         self.m.dirs[d][name] = ino
         self.m.files[ino].nlink += 1
         self.m.touch_entry(d, name)
         self.m.touch_file(ino)
-        return f"link {ino} as {d}/{name!r}"
+        return f"{what} {ino} as {d}/{name!r}"
 
     async def op_tmpfile(self) -> str | None:
         d = self.pick_dir()
@@ -551,18 +552,7 @@ class Workload:
 
     async def op_name_tmpfile(self) -> str | None:
         unnamed = sorted({ino for _, ino in self.handles if ino in self.fs.ns.linkable})
-        if not unnamed:
-            return None
-        ino, d, name = self.rng.choice(unnamed), self.pick_dir(), self.rng.choice(FILE_NAMES)
-        try:
-            self.fs.link(ino, d, name)
-        except FsError as e:
-            return f"linkat {ino} as {d}/{name!r}: {errno.errorcode[e.errno]}"
-        self.m.dirs[d][name] = ino
-        self.m.files[ino].nlink = 1
-        self.m.touch_entry(d, name)
-        self.m.touch_file(ino)
-        return f"linkat {ino} as {d}/{name!r}"
+        return self._link(self.rng.choice(unnamed), "linkat") if unnamed else None
 
     async def op_fallocate(self) -> str | None:
         h = self.pick_handle()
