@@ -8,7 +8,10 @@ One run of a seed:
 1. Initialise a pack whose volumes live on a recording FaultDisk (tests/faultdisk.py),
    with small chunks and small volumes so write-behind flushes and volume roll-overs
    happen often. Worker threads run inline and trio's scheduler is seeded, so a seed
-   always produces the same trace.
+   always runs the same operations; the log writer is a thread of its own, which takes
+   whatever is queued when it wakes, so two runs of a seed may batch the writes
+   differently (seed 3901, 300 operations: 775, 779 and 780 backing-disk events in three
+   runs). A violation is reported with its operations and crash point.
 2. Run N random operations -- create, open (O_TRUNC), write at offsets (append,
    overwrite, sparse), release, fsync, fsyncdir, truncate, chmod, utime, setxattr,
    removexattr, rename of files and directories (replacing, RENAME_EXCHANGE,
