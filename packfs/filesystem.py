@@ -281,7 +281,8 @@ class Filesystem:
         has room for length bytes; grow the file to offset + length unless KEEP_SIZE.
         Packed data has no blocks to hold for a file: a later write can still meet
         ENOSPC, as on a thin volume. (FUSE passes no other mode.) mtime and ctime change
-        whatever the mode, as on ext4 and XFS."""
+        whatever the mode, as on ext4 and XFS; with the writeback cache the kernel sets
+        them itself and sends them later, as for a write (WriteBehind.kernel_times)."""
         self._changeable()
         node = self.ns.get(ino)
         if not node.is_reg:
@@ -298,7 +299,8 @@ class Filesystem:
             raise FsError(errno.ENOSPC)
         if grows:
             self.wb.truncate(node, end)
-        node.modified(time.time_ns())
+        if not self.wb.kernel_times:
+            node.modified(time.time_ns())
         self.ns.touch(node)
 
     def removexattr(self, ino: int, name: bytes) -> None:
