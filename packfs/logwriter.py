@@ -137,12 +137,18 @@ class ThreadWriter:
                 take, self._queued = self._queued, []
                 failed = self._failed
             err, counts = self._execute(take, failed)
-            results = [(tag, err, 0, 0, 0, 0) for tag, _, _ in take]
-            results[-1] = (take[-1][0], err, *counts)
+            results = self._results(take, err, counts)
             with self._cond:
                 self._failed = err
                 self._done.extend(results)
             os.eventfd_write(self._efd, 1)
+
+    @staticmethod
+    def _results(take: list[tuple[int, list[Op], int]], err: int, counts: list[int]) -> list[Result]:
+        """One result per batch of a take, its timings and counts charged to the last."""
+        results = [(tag, err, 0, 0, 0, 0) for tag, _, _ in take]
+        results[-1] = (take[-1][0], err, *counts)
+        return results
 
     def _execute(self, take: list[tuple[int, list[Op], int]], err: int) -> tuple[int, list[int]]:
         """Run a take as _logwriter.c's execute() does; (errno, [write_ns, flush_ns,

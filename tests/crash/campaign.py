@@ -149,9 +149,7 @@ class StepWriter(ThreadWriter):
         if take:
             err, counts = self._execute(take, self._failed)
             self._failed = err
-            results = [(tag, err, 0, 0, 0, 0) for tag, _, _ in take]
-            results[-1] = (take[-1][0], err, *counts)
-            self._done.extend(results)
+            self._done.extend(self._results(take, err, counts))
         return super().done()
 
     def close(self) -> None:
