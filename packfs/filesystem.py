@@ -335,11 +335,16 @@ class Filesystem:
         return INODE_HANDLE | CREATED | (ROOT_WRITER if privileged else 0) | ino
 
     def _handle(self, fh: int) -> Inode:
-        node = self.ns.find(fh & ~(INODE_HANDLE | ROOT_WRITER | CREATED)) if fh & INODE_HANDLE \
-            else self.handles.get(fh)
+        node = self._handled(fh)
         if node is None:
             raise FsError(errno.EBADF)
         return node
+
+    def _handled(self, fh: int) -> Inode | None:
+        """The file of a handle, or None: the kernel sends 0 for a file it opened with no
+        OPEN (the `filecache` option's zero-message open)."""
+        return self.ns.find(fh & ~(INODE_HANDLE | ROOT_WRITER | CREATED)) if fh & INODE_HANDLE \
+            else self.handles.get(fh)
 
     async def read(self, fh: int, offset: int, size: int) -> bytes:
         return await self.wb.read(self._handle(fh), offset, size)
@@ -366,8 +371,22 @@ class Filesystem:
         if node.wbuf is not None and node.opens == 0:
             self.wb.flush(node)  # its space was held when it was written
 
-    async def fsync(self, alone: bool = False) -> None:
-        """alone: no other request is in flight (see Journal.commit)."""
+    async def fsync(self, alone: bool = False, fh: int | None = None) -> None:
+        """Commit every change so far (fsync, fsyncdir). alone: no other request is in
+        flight (see Journal.commit).
+
+        fh: the handle of an fsync's file. One open(O_TMPFILE) made and never named commits
+        nothing: no crash can leave it, and the commit that makes a name linkat gives it
+        durable carries its data, as every commit appends all buffered data before its
+        META (Journal._stage). A Swift PUT or DELETE then waits for one flush, not two:
+        it fsyncs such a file, links it and fsyncs the directory. (A file unlinked while
+        open still commits: its unlink may not be durable yet, and then its old name
+        must show what this fsync saw.)
+        """
+        node = None if fh is None else self._handled(fh)
+        if node is not None and node.ino in self.ns.linkable:
+            self.volumes.refuse_if_broken()
+            return
         await self.journal.commit(alone)
 
     # -- the whole filesystem -------------------------------------------------------

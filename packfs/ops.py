@@ -130,9 +130,9 @@ class Operations(pyfuse3.Operations):
         flushes ran on the loop; its 1 job had all of them there)."""
         return self.inflight == 1 and not self._queued() and time.monotonic() >= self._crowded_until
 
-    async def _commit(self) -> None:
+    async def _commit(self, fh: int | None = None) -> None:
         alone = self.alone()
-        await self.fs.fsync(alone=alone)
+        await self.fs.fsync(alone=alone, fh=fh)
         if alone and self._queued():
             self._crowded_until = time.monotonic() + 1.0
 
@@ -306,7 +306,7 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def fsync(self, fh: int, datasync: bool) -> None:
-        await self._commit()
+        await self._commit(fh)
 
     # -- xattrs -----------------------------------------------------------------------
 

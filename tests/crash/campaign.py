@@ -450,7 +450,7 @@ class Workload:
         h = self.pick_handle()
         if h is None:
             return None
-        await self.fs.fsync()
+        await self.fs.fsync(fh=h[0])
         self.m.fsync_file[h[1]].append(self.m.op)
         return f"fsync {h[1]}"
 
@@ -695,7 +695,7 @@ class Workload:
                 self.fs.setxattr(ino, a, b)
             else:
                 await self.fs.setattr(ino, Setattr(mtime=a, atime=a))
-            await self.fs.fsync()
+            await self.fs.fsync(fh=fh)
 
         async with trio.open_nursery() as nursery:
             for p in plan:

@@ -36,6 +36,8 @@ def test_eio_on_flush_or_write_fails_that_fsync_and_every_later_one(tmp_path: Pa
 
     async def work(fs: Filesystem) -> None:
         await write_file(fs, "/acked", b"a" * 10000)
+        nameless = fs.create_unlinked(1, 0o100600, 0, 0)  # its fsync commits nothing
+        fh = fs.open(nameless.ino)
         fault = disk.inject(op, errno.EIO, times=1)
         with pytest.raises(FsError) as e:
             await write_file(fs, "/failed", b"f" * 10000)
@@ -45,9 +47,10 @@ def test_eio_on_flush_or_write_fails_that_fsync_and_every_later_one(tmp_path: Pa
             with pytest.raises(FsError) as e:
                 await write_file(fs, name, b"l" * 10000)
             assert e.value.errno == errno.EIO
-        with pytest.raises(FsError) as e:
-            await fs.fsync()
-        assert e.value.errno == errno.EIO
+        for file in (None, fh):
+            with pytest.raises(FsError) as e:
+                await fs.fsync(fh=file)
+            assert e.value.errno == errno.EIO
         assert (await fs.stats())["broken"]
         # What was durable still reads.
         assert await read_file(fs, "/acked") == b"a" * 10000

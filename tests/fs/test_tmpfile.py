@@ -108,6 +108,44 @@ def test_a_linked_tmpfile_survives_a_crash_and_an_unlinked_one_does_not(tmp_path
         umount(pack, mnt)
 
 
+@pytest.mark.parametrize("options", ["", "nofilecache"])
+def test_only_the_fsync_that_names_a_tmpfile_waits_for_a_flush(tmp_path, options):
+    """Swift fsyncs its nameless file, links it, then fsyncs the directory: the file's
+    fsync commits nothing (no crash can leave a file with no name), and the directory's
+    commit carries its data (Filesystem.fsync). A file unlinked while open still commits:
+    its unlink may not be durable yet."""
+    pack, mnt = tmp_path / "pack", tmp_path / "mnt"
+    data = os.urandom(150_000)  # commit_interval=0: no commit nobody asked for
+    with mounted(pack, mnt, ",".join(filter(None, [options, "commit_interval=0"]))) as m:
+        os.mkdir(m / "d")
+        fsync_dir(m / "d")
+        commits = stats(m)["commits"]
+        fd = os.open(m / "d", os.O_TMPFILE | os.O_WRONLY, 0o644)
+        os.write(fd, data)
+        os.fsync(fd)
+        os.fdatasync(fd)
+        assert stats(m)["commits"] == commits
+        link_fd(fd, m / "d" / "obj")
+        fsync_dir(m / "d")
+        assert stats(m)["commits"] == commits + 1
+        os.write(fd, b"named now")
+        os.fsync(fd)
+        assert stats(m)["commits"] == commits + 2
+        os.close(fd)
+        with open(m / "d" / "gone", "wb") as f:
+            f.write(b"x")
+            os.unlink(m / "d" / "gone")
+            os.fsync(f.fileno())
+            assert stats(m)["commits"] == commits + 3
+        kill9(pack, m)
+    mount(pack, mnt)
+    try:
+        assert os.listdir(mnt / "d") == ["obj"]
+        assert read_file(mnt / "d" / "obj") == data + b"named now"
+    finally:
+        umount(pack, mnt)
+
+
 @pytest.mark.parametrize("options", ["notmpfile", "nofilecache"])
 def test_the_option_turns_it_off_and_nofilecache_keeps_it(tmp_path, options):
     with mounted(tmp_path / "pack", tmp_path / "mnt", options) as m:
