@@ -312,10 +312,21 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
-        value = await self.fs.getxattr(inode, name)
-        if self.cache_xattrs is not None:
-            self.cache_xattrs(inode, self.fs.ns.plain_xattrs(inode))  # the next ones come to the shim
+        """The shim answers the next getxattrs of the inode, an absent name's too: the
+        kernel asks for security.capability before every cached write to a file (Swift's
+        append to a partition's hashes.invalid in each PUT and DELETE)."""
+        try:
+            value = await self.fs.getxattr(inode, name)
+        except FsError as e:
+            if e.errno == errno.ENODATA:
+                self._hand_xattrs(inode)
+            raise
+        self._hand_xattrs(inode)
         return value
+
+    def _hand_xattrs(self, inode: int) -> None:
+        if self.cache_xattrs is not None:
+            self.cache_xattrs(inode, self.fs.ns.plain_xattrs(inode))
 
     @_op
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> Sequence[bytes]:

@@ -69,6 +69,24 @@ def test_xattrs_read_again_come_from_the_shim_and_stay_right(mnt):
     assert sorted(os.listxattr(f)) == ["user.swift.metadata"]
 
 
+def test_an_absent_xattr_hands_the_file_over_too(mnt):
+    """The kernel asks for security.capability before every cached write to a file
+    (Swift's append to a partition's hashes.invalid in each PUT): once packfs has said
+    ENODATA, the shim answers the next ones."""
+    f = mnt / "hashes.invalid"
+    f.write_bytes(b"")
+    os.setxattr(f, "user.a", b"1")
+    os.removexattr(f, "user.a")  # no longer a file packfs just made: those are answered anyway
+    served = requests_served(mnt).get("getxattr", 0)
+    for _ in range(3):
+        with pytest.raises(OSError) as e:
+            os.getxattr(f, "security.capability")
+        assert e.value.errno == errno.ENODATA
+    assert requests_served(mnt).get("getxattr", 0) == served + 1
+    os.setxattr(f, "security.capability", b"\1\0\0\2" + bytes(16))  # a change takes them back
+    assert os.getxattr(f, "security.capability") == b"\1\0\0\2" + bytes(16)
+
+
 def test_a_reused_inode_number_never_shows_the_xattrs_of_the_file_before(mnt):
     seen: dict[int, int] = {}
     for i in range(300):
