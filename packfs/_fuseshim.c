@@ -33,10 +33,10 @@
  *                getxattr runs. A Swift GET or HEAD asks five times (its metadata key,
  *                the key after it, its checksum key, each with a size probe first): the
  *                first goes to packfs, which hands over the inode's xattrs, and the other
- *                four are answered here. An ENODATA hands them over too: the kernel asks
- *                for security.capability before every cached write to a file. packfs takes them back whenever they change or
- *                the inode goes (packfs_shim_forget_xattrs), before any later request
- *                can see them.
+ *                four are answered here. An ENODATA hands them over too: the kernel
+ *                asks for security.capability before every cached write to a file.
+ *                packfs takes them back whenever they change or the inode goes
+ *                (packfs_shim_forget_xattrs), before any later request can see them.
  *   init         notes what the kernel supports, then runs pyfuse3's; with filecache
  *                in force it takes FUSE_CAP_ATOMIC_O_TRUNC out of the answer, so that
  *                the kernel sends an O_TRUNC open's truncation as a SETATTR. It always

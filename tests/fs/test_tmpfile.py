@@ -115,7 +115,8 @@ def test_only_the_fsync_that_names_a_tmpfile_waits_for_a_flush(tmp_path, options
     commit carries its data (Filesystem.fsync). A file unlinked while open still commits:
     its unlink may not be durable yet."""
     pack, mnt = tmp_path / "pack", tmp_path / "mnt"
-    data = os.urandom(150_000)  # commit_interval=0: no commit nobody asked for
+    data = os.urandom(150_000)
+    # commit_interval=0: no commit nobody asked for
     with mounted(pack, mnt, ",".join(filter(None, [options, "commit_interval=0"]))) as m:
         os.mkdir(m / "d")
         fsync_dir(m / "d")
