@@ -186,9 +186,8 @@ class Volumes:
         if self.has_room(nbytes):
             return True
         st = self.disk.statvfs(self.directory)
-        free = st.f_bavail * st.f_frsize
-        return not self.broken and self.tail + self.reserved + nbytes + META_RESERVE <= \
-            self.allocated + max(0, free - HEADROOM)
+        growable = max(0, st.f_bavail * st.f_frsize - HEADROOM)
+        return self.has_room(nbytes - growable)  # room once the volume grows into the free space
 
     def refuse_if_broken(self) -> None:
         """EIO once an I/O error has broken the log: nothing more can be committed."""
