@@ -766,3 +766,64 @@ def test_the_lookup_column_widens_when_a_count_needs_it():
     assert (a.lookups, b.lookups, t.lookups.typecode) == (256, 1 << 16, "I")
     t.grow(len(t.kind) + 1)  # grows in its new width
     assert t.lookups.typecode == "I" and len(t.lookups) == len(t.kind)
+
+
+def test_the_table_tells_of_every_change_to_what_stat_shows(ns):
+    """The fuse shim's copies of attributes (fuseshim.cache_attrs) rely on it: a copy of
+    every inode's stat(), taken after each step, still matches after the next one unless
+    the table said the inode changed (or went)."""
+    t = ns.table
+    copies: dict[int, tuple] = {}
+    t.attrs_changed = lambda ino: copies.pop(ino, None)
+    d = ns.create(ROOT, b"d", DIR, 0, 0)
+    f = ns.create(d.ino, b"f", REG, 0, 0)
+
+    def chmod():
+        f.mode = REG | 0o4755
+
+    def chown():
+        f.uid, f.gid = 5, 6
+
+    def sizes():
+        f.size = 10
+        f.size = 1 << 33  # past the column: the wide size
+
+    def times():
+        f.atime = 1
+        f.set_times(2, 3, 4)
+        f.modified(5)
+
+    def many_links():
+        for i in range(70):  # past NLINK_TOP: the wide link count
+            ns.link(f.ino, ROOT, b"l%d" % i)
+
+    def fewer_links():
+        for i in range(10):
+            ns.unlink(ROOT, b"l%d" % i)
+
+    def unlink_all():
+        for i in range(10, 70):
+            ns.unlink(ROOT, b"l%d" % i)
+        ns.unlink(d.ino, b"f")
+        ns.release(f)
+
+    def reuse():
+        ns.create(d.ino, b"g", stat.S_IFCHR | 0o600, 0, 0, rdev=0x0501)  # f's number, most likely
+
+    def reload():
+        t.load((d.ino, DIR | 0o700, 7, 7, 2, 0, 11, 12, 13, 0, None, None, None, ROOT))
+
+    steps = [chmod, chown, sizes, times, many_links, fewer_links,
+             lambda: ns.rename(d.ino, b"f", ROOT, b"moved"), lambda: ns.rename(ROOT, b"moved", d.ino, b"f"),
+             lambda: ns.setxattr(f.ino, b"user.a", b"1"), lambda: ns.removexattr(f.ino, b"user.a"),
+             lambda: ns.remove_privileges(f, setid=True), lambda: ns.create(d.ino, b"sub", DIR, 0, 0),
+             lambda: ns.rmdir(d.ino, b"sub"), unlink_all, reuse, reload]
+    for step in steps:
+        copies.clear()
+        copies.update({ino: t.stat(ino) for ino in t.inos()})
+        told = set(copies)
+        step()
+        told -= set(copies)
+        stale = {ino for ino, st in copies.items() if not t.exists(ino) or t.stat(ino) != st}
+        assert not stale, f"{getattr(step, '__name__', step)}: inodes {stale} changed untold"
+        assert told, f"{getattr(step, '__name__', step)} changed nothing"
