@@ -37,15 +37,6 @@
  *                asks for security.capability before every cached write to a file.
  *                packfs takes them back whenever they change or the inode goes
  *                (packfs_shim_forget_xattrs), before any later request can see them.
- *   getattr      (attrcache) answers from the attributes packfs handed over for the inode
- *                (packfs_shim_cache_attrs), in C, if it has them; else pyfuse3's getattr
- *                runs. The kernel forgets a directory's attributes whenever an entry in
- *                it changes, and with default_permissions asks for them again at the next
- *                path walk through it: 6-7 GETATTRs per Swift PUT, each right after packfs
- *                changed that directory. So packfs hands a directory's attributes over as
- *                it answers the change (mkdir, create, link, unlink, ...), and takes them
- *                back whenever anything of the inode's changes or the inode goes
- *                (packfs_shim_forget_attrs), before any later request can see them.
  *   init         notes what the kernel supports, then runs pyfuse3's; with filecache
  *                in force it takes FUSE_CAP_ATOMIC_O_TRUNC out of the answer, so that
  *                the kernel sends an O_TRUNC open's truncation as a SETATTR. It always
@@ -95,7 +86,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <fuse_lowlevel.h>
@@ -105,7 +95,7 @@ typedef struct fuse_session *(*session_new_fn)(struct fuse_args *, const struct 
                                                size_t, void *);
 typedef int (*session_mount_fn)(struct fuse_session *, const char *);
 
-static int want_dircache, want_filecache, want_xattrcache, want_attrcache, want_killpriv, want_tmpfile,
+static int want_dircache, want_filecache, want_xattrcache, want_killpriv, want_tmpfile,
     want_fallocate; /* packfs_shim_enable */
 static int installed;    /* the last session got the rewritten table */
 static int zero_message; /* ... and its kernel supports zero-message opendir */
@@ -119,7 +109,6 @@ static void (*next_read)(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file
 static void (*next_write)(fuse_req_t, fuse_ino_t, const char *, size_t, off_t, struct fuse_file_info *);
 static void (*next_write_buf)(fuse_req_t, fuse_ino_t, struct fuse_bufvec *, off_t, struct fuse_file_info *);
 static void (*next_getxattr)(fuse_req_t, fuse_ino_t, const char *, size_t);
-static void (*next_getattr)(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
 static void (*next_setxattr)(fuse_req_t, fuse_ino_t, const char *, const char *, size_t, int);
 
 #define INODE_HANDLE (1ULL << 63) /* a handle that names an inode, not an open (filesystem.py) */
@@ -299,28 +288,6 @@ static void getxattr_cached(fuse_req_t req, fuse_ino_t ino, const char *name, si
     fuse_reply_err(req, ENODATA);
 }
 
-/* Attributes packfs handed over, by inode, a slot per inode number modulo ATTR_SLOTS
- * (~150 KiB): a Swift PUT changes 3-4 directories, and the kernel asks for each one's
- * attributes within a few requests. Touched only on the event loop's thread, like `ends`. */
-#define ATTR_SLOTS 1024
-static struct {
-    fuse_ino_t ino; /* 0: free */
-    struct stat st;
-} attrs[ATTR_SLOTS];
-static double attr_timeout; /* packfs's attr_timeout, as its own getattr answers */
-static unsigned long long attrs_answered;
-
-static void getattr_cached(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-    unsigned slot = ino % ATTR_SLOTS;
-    if (attrs[slot].ino != ino) {
-        next_getattr(req, ino, fi);
-        return;
-    }
-    attrs_answered++;
-    fuse_reply_attr(req, &attrs[slot].st, attr_timeout);
-}
-
 static void forget_slot(unsigned slot)
 {
     free(xattrs[slot].blob);
@@ -360,15 +327,13 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
     memset(new_files, 0, sizeof new_files);
     for (unsigned slot = 0; slot < XATTR_SLOTS; slot++)
         forget_slot(slot);
-    memset(attrs, 0, sizeof attrs);
     init_seen = init_offers = init_offers_mmap = init_answered = killpriv = direct_mmap = 0;
     int dircache = want_dircache && op->opendir && op->readdirplus;
     int filecache = want_filecache && op->open && op->read && op->write && op->write_buf;
     int xattrcache = want_xattrcache && op->getxattr;
-    int attrcache = want_attrcache && op->getattr;
     int fallocate = want_fallocate && op->setxattr && op->fallocate == NULL &&
                     getrandom(fallocate_token, TOKEN_SIZE, 0) == TOKEN_SIZE;
-    if (!(dircache || filecache || xattrcache || attrcache || fallocate) || op_size > sizeof ops || op->init == NULL)
+    if (!(dircache || filecache || xattrcache || fallocate) || op_size > sizeof ops || op->init == NULL)
         return next(args, op, op_size, userdata);
     memcpy(&ops, op, op_size);
     next_init = op->init;
@@ -392,10 +357,6 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
     if (xattrcache) {
         next_getxattr = op->getxattr;
         ops.getxattr = getxattr_cached;
-    }
-    if (attrcache) {
-        next_getattr = op->getattr;
-        ops.getattr = getattr_cached;
     }
     if (fallocate) {
         next_setxattr = op->setxattr;
@@ -476,13 +437,11 @@ int fuse_session_mount(struct fuse_session *se, const char *mountpoint)
     return r;
 }
 
-void packfs_shim_enable(int dircache, int filecache, int xattrcache, int attrcache, int kill_priv, int tmpfile,
-                        int fallocate)
+void packfs_shim_enable(int dircache, int filecache, int xattrcache, int kill_priv, int tmpfile, int fallocate)
 {
     want_dircache = dircache;
     want_filecache = filecache;
     want_xattrcache = xattrcache;
-    want_attrcache = attrcache;
     want_killpriv = kill_priv;
     want_tmpfile = tmpfile;
     want_fallocate = fallocate;
@@ -542,61 +501,6 @@ unsigned long long packfs_shim_xattrs_answered(void)
 int packfs_shim_caches_xattrs(void)
 {
     return installed && ops.getxattr == getxattr_cached;
-}
-
-/* A time in ns as pyfuse3 makes it a timespec: floored, so that one before 1970 has
- * tv_nsec in [0, 1e9) as well. */
-static struct timespec timespec_of(int64_t ns)
-{
-    struct timespec t = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
-    if (t.tv_nsec < 0) {
-        t.tv_nsec += 1000000000;
-        t.tv_sec -= 1;
-    }
-    return t;
-}
-
-/* The attributes of `ino` as packfs's getattr would answer now: `a` holds mode, nlink,
- * uid, gid, rdev, size, atime, mtime and ctime (times in ns), as packfs packs them (one
- * buffer: ctypes converts each argument it is given on its own, ~0.1 us apiece). Answer
- * its getattrs from these, with `timeout` seconds, until packfs_shim_forget_attrs. */
-void packfs_shim_cache_attrs(uint64_t ino, const int64_t a[9], double timeout)
-{
-    unsigned slot = ino % ATTR_SLOTS;
-    struct stat *st = &attrs[slot].st;
-    memset(st, 0, sizeof *st);
-    st->st_ino = ino;
-    st->st_mode = a[0];
-    st->st_nlink = a[1];
-    st->st_uid = a[2];
-    st->st_gid = a[3];
-    st->st_rdev = a[4];
-    st->st_size = a[5];
-    st->st_blksize = 65536; /* as Operations.attrs */
-    st->st_blocks = (a[5] + 511) / 512;
-    st->st_atim = timespec_of(a[6]);
-    st->st_mtim = timespec_of(a[7]);
-    st->st_ctim = timespec_of(a[8]);
-    attrs[slot].ino = ino;
-    attr_timeout = timeout;
-}
-
-/* Something of `ino` changed, or the inode went (its number may come back as another's). */
-void packfs_shim_forget_attrs(uint64_t ino)
-{
-    unsigned slot = ino % ATTR_SLOTS;
-    if (attrs[slot].ino == ino)
-        attrs[slot].ino = 0;
-}
-
-unsigned long long packfs_shim_attrs_answered(void)
-{
-    return attrs_answered;
-}
-
-int packfs_shim_caches_attrs(void)
-{
-    return installed && ops.getattr == getattr_cached;
 }
 
 unsigned long long packfs_shim_ends_answered(void)

@@ -120,7 +120,7 @@ class Daemon:
         ops = Operations(fs)
         self.drain = fuseloop.install(self.opts.drain, busy_polling=self.opts.busy_poll_us > 0)
         fs.journal.on_memory_freed = lambda: trio.to_thread.run_sync(_trim_heap)
-        fuseshim.enable(self.opts.dircache, self.opts.filecache, self.opts.xattrcache, self.opts.attrcache,
+        fuseshim.enable(self.opts.dircache, self.opts.filecache, self.opts.xattrcache,
                         tmpfile=self.opts.tmpfile, fallocate=self.opts.fallocate)
         try:
             pyfuse3.init(ops, self.mountpoint, fuse_options(self.packdir, self.opts))
@@ -137,21 +137,17 @@ class Daemon:
             fs.ns.table.xattrs_changed = fuseshim.forget_xattrs
             ops.cache_xattrs = fuseshim.cache_xattrs
             ops.note_new_file = fuseshim.note_new
-        if fuseshim.caches_attrs():
-            fs.ns.table.attrs_changed = fuseshim.forget_attrs
-            ops.cache_attrs = fuseshim.cache_attrs
         if fuseshim.answers_listing_ends():
             ops.note_listing_end = fuseshim.note_end
         ops.fallocate_token = fuseshim.fallocate_token()
         if self.drain:
             self.drain.await_request = ops.busypoll.await_request
-            if fuseshim.answers_listing_ends() or fuseshim.caches_xattrs() or fuseshim.caches_attrs():
+            if fuseshim.answers_listing_ends() or fuseshim.caches_xattrs():
                 self.drain.on_read = ops.busypoll.touch  # requests answered in C keep the loop polling
         if not fuseshim.loaded():
             log.warning("the fuse shim library is not built: directories are opened by a FUSE request, and "
                         "cached writes ask the kernel's getxattr before each write (see fuseshim.py)")
-        elif (self.opts.dircache or self.opts.filecache or self.opts.xattrcache or self.opts.attrcache) \
-                and not fuseshim.installed():
+        elif (self.opts.dircache or self.opts.filecache or self.opts.xattrcache) and not fuseshim.installed():
             log.warning("the fuse shim did not take: directories and files are opened by a FUSE request "
                         "(see fuseshim.py)")
         try:
@@ -178,8 +174,6 @@ class Daemon:
                         "listing_ends_answered_in_shim": fuseshim.ends_answered(),
                         "xattrs_from_shim": fuseshim.caches_xattrs(),
                         "xattrs_answered_in_shim": fuseshim.xattrs_answered(),
-                        "attrs_from_shim": fuseshim.caches_attrs(),
-                        "attrs_answered_in_shim": fuseshim.attrs_answered(),
                         "fallocate": bool(ops.fallocate_token), "o_tmpfile": fuseshim.serves_tmpfile(),
                         "tmpfiles": fuseshim.tmpfiles(),
                         "fuse_waits_skipped": self.drain.skipped if self.drain else 0,

@@ -37,15 +37,6 @@ packfs takes them back (`forget_xattrs`) whenever an inode's xattrs change or th
 goes, on the event loop's thread, where the library answers too: no request is served
 from a stale copy.
 
-Attributes answered in C (option attrcache): the kernel forgets a directory's
-attributes whenever an entry in it changes, and with default_permissions asks for them
-(GETATTR) at the next path walk through it: 6-7 of a Swift PUT's 32 requests, each a
-few requests after packfs changed that directory. packfs hands the attributes of the
-inodes a request changed to the library as it answers (`cache_attrs`), and the library
-answers their next getattr in C. The inode table tells packfs of every change to an
-inode's attributes, and of every inode that goes (`forget_attrs`), on the event loop's
-thread where the library answers: no request is served from a stale copy.
-
 HANDLE_KILLPRIV_V2 (always asked for): the kernel's cached write path (writeback_cache,
 or a handle without direct I/O) asks getxattr("security.capability") before every
 write() unless the filesystem takes set-ID bits and capabilities itself, which libfuse
@@ -85,7 +76,6 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
-import struct
 
 
 def _load() -> ctypes.PyDLL | None:
@@ -110,21 +100,16 @@ if _lib is not None:
     _lib.packfs_shim_note_new.restype = None
     _lib.packfs_shim_xattrs_answered.restype = ctypes.c_ulonglong
     _lib.packfs_shim_tmpfiles.restype = ctypes.c_ulonglong
-    _lib.packfs_shim_cache_attrs.argtypes = [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_double]
-    _lib.packfs_shim_cache_attrs.restype = None
-    _lib.packfs_shim_forget_attrs.argtypes = [ctypes.c_uint64]
-    _lib.packfs_shim_forget_attrs.restype = None
-    _lib.packfs_shim_attrs_answered.restype = ctypes.c_ulonglong
 
 FALLOCATE_TOKEN_SIZE = 16  # _fuseshim.c's TOKEN_SIZE
 
 
-def enable(dircache: bool, filecache: bool, xattrcache: bool, attrcache: bool = True, killpriv: bool = True,
-           tmpfile: bool = True, fallocate: bool = True) -> None:
+def enable(dircache: bool, filecache: bool, xattrcache: bool, killpriv: bool = True, tmpfile: bool = True,
+           fallocate: bool = True) -> None:
     """Ask for each part in the next FUSE session (call before pyfuse3.init)."""
     if _lib is not None:
-        _lib.packfs_shim_enable(int(dircache), int(filecache), int(xattrcache), int(attrcache), int(killpriv),
-                                int(tmpfile), int(fallocate))
+        _lib.packfs_shim_enable(int(dircache), int(filecache), int(xattrcache), int(killpriv), int(tmpfile),
+                                int(fallocate))
 
 
 def loaded() -> bool:
@@ -201,36 +186,6 @@ def note_new(ino: int) -> None:
 def forget_xattrs(ino: int) -> None:
     """The xattrs of `ino` changed or it went: stop answering from what cache_xattrs gave."""
     _lib.packfs_shim_forget_xattrs(ino)  # type: ignore[union-attr]
-
-
-def caches_attrs() -> bool:
-    """Whether the last FUSE session's getattr goes through the library (attrcache)."""
-    return _lib is not None and bool(_lib.packfs_shim_caches_attrs())
-
-
-ATTR_SLOTS = 1024  # _fuseshim.c's: the library keeps one inode's attributes per slot
-_attr_slots = [0] * ATTR_SLOTS  # the inode in each slot, so that forget_attrs calls C only when it must
-_ATTRS = struct.Struct("=9q")  # packfs_shim_cache_attrs's
-
-
-def cache_attrs(ino: int, stat: tuple[int, ...], timeout: float) -> None:
-    """Answer getattr of `ino` from `stat` (mode, nlink, uid, gid, rdev, size, atime,
-    mtime, ctime: what InodeTable.stat gives), with `timeout`, until forget_attrs(ino)."""
-    _attr_slots[ino % ATTR_SLOTS] = ino
-    _lib.packfs_shim_cache_attrs(ino, _ATTRS.pack(*stat), timeout)  # type: ignore[union-attr]
-
-
-def forget_attrs(ino: int) -> None:
-    """Something of `ino` changed or it went: stop answering from what cache_attrs gave."""
-    slot = ino % ATTR_SLOTS
-    if _attr_slots[slot] == ino:
-        _attr_slots[slot] = 0
-        _lib.packfs_shim_forget_attrs(ino)  # type: ignore[union-attr]
-
-
-def attrs_answered() -> int:
-    """Getattr requests the library answered (they reach no handler)."""
-    return int(_lib.packfs_shim_attrs_answered()) if _lib is not None else 0
 
 
 def xattrs_answered() -> int:

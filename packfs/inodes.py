@@ -137,10 +137,6 @@ _REC_PAGE_MASK = (1 << _REC_PAGE_BITS) - 1
 VOLUME_INDEXES = 1 << 12  # volume indexes a u32 `rec` holds: 16 TiB of 4 GiB volumes
 
 
-def _unwatched(ino: int) -> None:
-    """InodeTable.attrs_changed while nobody keeps copies of attributes."""
-
-
 class InodeTable:
     """The columns, and the directory entries.
 
@@ -179,10 +175,6 @@ class InodeTable:
         # Told of every inode whose xattrs change or that goes, before anything can read it
         # again: the FUSE adapter keeps copies of some inodes' xattrs (fuseshim.cache_xattrs).
         self.xattrs_changed: Callable[[int], None] | None = None
-        # Told of every change to what stat() gives of an inode, and of every inode that
-        # goes, before anything can read it again: the FUSE adapter hands copies of some
-        # inodes' attributes to the fuse shim (fuseshim.cache_attrs).
-        self.attrs_changed: Callable[[int], None] = _unwatched
         self.dir_xat: dict[int, int] = {}  # a directory's `xat`, if not 0 (its `kid` holds an entry)
         self.xblobs = CountedArena(XATTR_GRAIN)
         # While a compaction of the xattr arena runs (compact_xattrs), the values of the
@@ -281,7 +273,6 @@ class InodeTable:
             del self.wide_nlink[ino]
         n = self.kind_of(mode, uid, gid, nlink)
         self.kind[ino] = n
-        self.attrs_changed(ino)
 
     def mode_of(self, ino: int) -> int:
         return self.modes[self.kind[ino]]
@@ -291,14 +282,12 @@ class InodeTable:
         _, uid, gid, nlink = self.kinds[self.kind[ino]]
         n = self.kind_of(mode, uid, gid, nlink)
         self.kind[ino] = n
-        self.attrs_changed(ino)
 
     def set_owner(self, ino: int, uid: int, gid: int) -> None:
         """A chown: the inode takes the kind of its new owner."""
         mode, _, _, nlink = self.kinds[self.kind[ino]]
         n = self.kind_of(mode, uid, gid, nlink)
         self.kind[ino] = n
-        self.attrs_changed(ino)
 
     def nlink_of(self, ino: int) -> int:
         n = self.links[self.kind[ino]]
@@ -356,7 +345,6 @@ class InodeTable:
             if column[ino] == top:
                 del getattr(self, "wide_" + name)[ino]
             column[ino] = value
-        self.attrs_changed(ino)
 
     def set_size(self, ino: int, value: int) -> None:
         """A file's new size. A whole record in `rec` is as long as its file: when the
@@ -656,7 +644,6 @@ class InodeTable:
         self.mtime[ino] = mtime
         self.atimes.set(ino, atime, mtime)
         self.ctimes.set(ino, ctime, mtime)
-        self.attrs_changed(ino)
 
     def modified(self, ino: int, now: int) -> None:
         """Contents or entries changed: mtime and ctime become now (every write: kept short)."""
@@ -665,7 +652,6 @@ class InodeTable:
         mtime[ino] = now
         self.atimes.keep(ino, old, now)
         self.ctimes.set(ino, now, now)
-        self.attrs_changed(ino)
 
     def row(self, ino: int, edits: list[bytes | int] | None = None) -> InodeRow:
         """edits: a journal row's, in place of the whole map (see pack_edits)."""
@@ -694,7 +680,6 @@ class InodeTable:
         self.ctimes.clear(ino)
         self.free.append(ino)
         self.live -= 1
-        self.attrs_changed(ino)
         if self.xattrs_changed is not None:
             self.xattrs_changed(ino)
 

@@ -109,9 +109,6 @@ class Operations(pyfuse3.Operations):
         # no xattrs, so the kernel's getxattr of its security.capability (once per inode,
         # before its first fallocate, Swift's reservation) is answered in C.
         self.note_new_file: Callable[[int], None] | None = None
-        # Set by the daemon when the fuse shim answers getattr from the attributes it was
-        # handed (fuseshim.cache_attrs): called with an inode, its stat and attr_timeout.
-        self.cache_attrs: Callable[[int, tuple[int, ...], float], None] | None = None
         # Set by the daemon when the fuse shim hands fallocate over as a setxattr of
         # FALLOCATE_NAME (fuseshim.fallocate_token): the token its value begins with.
         self.fallocate_token = b""
@@ -157,15 +154,6 @@ class Operations(pyfuse3.Operations):
         a.st_blocks = (size + 511) // 512
         return a
 
-    def _hand_attrs(self, *inodes: int) -> None:
-        """The kernel forgets the attributes of a directory whose entries change (and of a
-        file it links), and asks for them at its next path walk through it: the fuse shim
-        answers that getattr from these, until the inode changes again."""
-        if self.cache_attrs is not None:
-            table = self.fs.ns.table
-            for ino in inodes:
-                self.cache_attrs(ino, table.stat(ino), self._attr_timeout)
-
     # -- namespace ------------------------------------------------------------------
 
     @_op
@@ -202,49 +190,38 @@ class Operations(pyfuse3.Operations):
     @_op
     async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int,
                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        node = self.fs.create(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid, rdev)
-        self._hand_attrs(parent_inode)
-        return self.entry(node)
+        return self.entry(self.fs.create(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid, rdev))
 
     @_op
     async def mkdir(self, parent_inode: int, name: bytes, mode: int,
                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         mode = (mode & ~ctx.umask & 0o7777) | 0o040000
-        node = self.fs.create(parent_inode, name, mode, ctx.uid, ctx.gid)
-        self._hand_attrs(parent_inode)
-        return self.entry(node)
+        return self.entry(self.fs.create(parent_inode, name, mode, ctx.uid, ctx.gid))
 
     @_op
     async def symlink(self, parent_inode: int, name: bytes, target: bytes,
                       ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         if len(target) > 4095:
             raise FsError(errno.ENAMETOOLONG)
-        node = self.fs.create(parent_inode, name, 0o120777, ctx.uid, ctx.gid, target=target)
-        self._hand_attrs(parent_inode)
-        return self.entry(node)
+        return self.entry(self.fs.create(parent_inode, name, 0o120777, ctx.uid, ctx.gid, target=target))
 
     @_op
     async def link(self, inode: int, new_parent_inode: int, new_name: bytes,
                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        node = self.fs.link(inode, new_parent_inode, new_name)
-        self._hand_attrs(new_parent_inode, inode)
-        return self.entry(node)
+        return self.entry(self.fs.link(inode, new_parent_inode, new_name))
 
     @_op
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         self.fs.unlink(parent_inode, name)
-        self._hand_attrs(parent_inode)
 
     @_op
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         self.fs.rmdir(parent_inode, name)
-        self._hand_attrs(parent_inode)
 
     @_op
     async def rename(self, parent_inode_old: int, name_old: bytes, parent_inode_new: int, name_new: bytes,
                      flags: int, ctx: pyfuse3.RequestContext) -> None:
         self.fs.rename(parent_inode_old, name_old, parent_inode_new, name_new, flags)
-        self._hand_attrs(*{parent_inode_old, parent_inode_new})
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
         self.fs.forget(inode_list)
@@ -305,7 +282,6 @@ class Operations(pyfuse3.Operations):
             node = self.fs.create(parent_inode, name, mode, ctx.uid, ctx.gid)
         if self.note_new_file is not None:
             self.note_new_file(node.ino)
-        self._hand_attrs(parent_inode)
         if self.no_release():
             fh = self.fs.created_handle(node.ino, privileged=ctx.uid == 0)
         else:

@@ -47,7 +47,6 @@ class Options:
     dircache: bool = True              # directories open without a request; the kernel caches listings
     filecache: bool = True             # files open without a request (no OPEN, no RELEASE)
     xattrcache: bool = True            # getxattr answered in C from the xattrs last read
-    attrcache: bool = True             # getattr answered in C after packfs changed the inode
     xattrs_in_memory: bool = True      # off: checkpointed xattr values are read from the catalog
     tmpfile: bool = True               # open(O_TMPFILE) makes a file with no name (fuse shim)
     fallocate: bool = True             # fallocate(2): punch holes, check space (fuse shim)
