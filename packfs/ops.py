@@ -131,10 +131,10 @@ class Operations(pyfuse3.Operations):
         return self.inflight == 1 and not self._queued() and time.monotonic() >= self._crowded_until
 
     async def _commit(self, fh: int | None = None) -> None:
-        alone = self.alone()
-        await self.fs.fsync(alone=alone, fh=fh)
-        if alone and self._queued():
-            self._crowded_until = time.monotonic() + 1.0
+        flushed_on_loop = self.fs.volumes.flushes_on_loop
+        await self.fs.fsync(alone=self.alone(), fh=fh)
+        if self.fs.volumes.flushes_on_loop != flushed_on_loop and self._queued():
+            self._crowded_until = time.monotonic() + 1.0  # requests waited for that flush
 
     def entry(self, node: Inode) -> pyfuse3.EntryAttributes:
         """Attributes handed to the kernel as a new reference (lookup count + 1)."""
