@@ -14,6 +14,7 @@ directory.  Environment (used by mk/bench.mk):
   BENCH_PACKFS_BACKING=xfs|ext4   filesystem of packfs's PACKDIR image (default xfs)
   BENCH_OBJECTS=N         objects for the scale part (default 1,000,000; 20,000 with QUICK)
   BENCH_SWIFT_WORKERS=N   object server worker processes (default 1; Swift's own default is auto, one per core)
+  BENCH_HALT_POLL_NS=N    the guest's halt polling for the run (default: as the machine has it; bench/haltpoll.py)
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import haltpoll
 from . import report as rep
 from .results import Results, load
 from .testbed import FS_ORDER, Testbed, packfs_available
@@ -67,11 +69,18 @@ def main(argv=None) -> int:
         log("WARNING: packfs CLI not available; running XFS and ext4 only")
         fs_names.remove("packfs")
     a.out.mkdir(parents=True, exist_ok=True)
+    asked = os.environ.get("BENCH_HALT_POLL_NS", "").strip()
+    with haltpoll.window(asked) as halt_poll_ns:
+        common = {"quick": a.quick, "reps": reps, "fs": fs_names, "work": str(a.work),
+                  "packfs_opts": os.environ.get("BENCH_PACKFS_OPTS", ""),
+                  "packfs_backing": os.environ.get("BENCH_PACKFS_BACKING", "xfs"),
+                  "guest_halt_poll_ns": halt_poll_ns, "halt_poll_asked": bool(asked)}
+        return _run_parts(a, parts, reps, fs_names, notes, common)
+
+
+def _run_parts(a, parts: list[str], reps: int, fs_names: list[str], notes: list[str], common: dict) -> int:
     tmp = a.work / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
-    common = {"quick": a.quick, "reps": reps, "fs": fs_names, "work": str(a.work),
-              "packfs_opts": os.environ.get("BENCH_PACKFS_OPTS", ""),
-              "packfs_backing": os.environ.get("BENCH_PACKFS_BACKING", "xfs")}
     log(f"parts {parts}, {'QUICK' if a.quick else 'full'} mode, {reps} reps, filesystems {fs_names}")
 
     done = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from . import haltpoll
 from .util import write_json
 
 FS = ("packfs", "xfs", "ext4")
@@ -195,6 +196,8 @@ def markdown(d: dict, title: str = "packfs benchmark") -> str:
     if common:
         out.append(f"Mode: {'QUICK' if common.get('quick') else 'full'}, {common.get('reps')} repetitions "
                    "(filesystems interleaved, order rotated each repetition), medians shown.")
+        if "guest_halt_poll_ns" in common:
+            out.append(haltpoll.describe(common["guest_halt_poll_ns"], common.get("halt_poll_asked", False)))
     out += ["", "Ratios are relative performance (rates: packfs/XFS; times and latencies: XFS/packfs), "
             "so above 1 means packfs is better. Targets are from issue 5; PASS/MISS compare packfs with XFS "
             "(or an absolute bound).", ""]

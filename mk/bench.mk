@@ -6,7 +6,8 @@
 #   make bench-swift-large   only Swift's 1 GiB PUTs and GET (compare BENCH_PACKFS_OPTS for large objects)
 #   QUICK=1             small sizes, under 10 minutes in all
 # Knobs: BENCH_REPS, BENCH_WORK, BENCH_OUT, BENCH_FS, BENCH_OBJECTS, BENCH_PACKFS_OPTS,
-#        BENCH_PACKFS_BACKING (exported to the harness from the environment or make's command line).
+#        BENCH_PACKFS_BACKING, BENCH_HALT_POLL_NS (exported to the harness from the environment or make's
+#        command line).
 .PHONY: bench bench-fio bench-swift bench-swift-large bench-scale bench-report
 
 BENCH_RUN = QUICK=$(QUICK) $(PY) -m bench
