@@ -353,7 +353,14 @@ def test_kill9_keeps_every_committed_sqlite_transaction(tmp_path, packdir, optio
     part of any other. Its pages are rewritten all over, so its extent map grows past the
     length a commit journals as edits (format 5). synchronous=EXTRA, since a transaction
     commits when its journal is unlinked, and only EXTRA has SQLite fsync the directory
-    then: with FULL, the last transaction may come back rolled back on any filesystem."""
+    then: with FULL, the last transaction may come back rolled back on any filesystem.
+
+    Only a COMMIT that returned before the kill was sent must survive. SQLite skips the
+    directory's fsync when it cannot open the directory, and reports the COMMIT done: a
+    kill that lands between the journal's unlink and that open (strace of one such run:
+    unlink returns 0 after the SIGKILL, the directory's open fails with ENOTCONN, the
+    COMMIT returns) leaves a transaction that no fsync made durable, on any filesystem
+    whose server dies under a living application. It may survive or not, whole."""
     import sqlite3
 
     mnt = tmp_path / "mnt"
@@ -395,11 +402,12 @@ def test_kill9_keeps_every_committed_sqlite_transaction(tmp_path, packdir, optio
         while len(committed) < 30 and time.monotonic() < deadline and t.is_alive():
             time.sleep(0.05)
         killed.set()
+        returned = len(committed)  # COMMITs that returned before the kill is sent
         kill9(packdir, mnt)
         t.join(30)
         db.close()
     assert not errors and not t.is_alive(), errors
-    assert len(committed) >= 30, "the writer committed too little before the kill"
+    assert returned >= 30, "the writer committed too little before the kill"
     with mounted(packdir, mnt, options):
         db = sqlite3.connect(str(mnt / "c.db"))
         try:
@@ -408,6 +416,6 @@ def test_kill9_keeps_every_committed_sqlite_transaction(tmp_path, packdir, optio
         finally:
             db.close()
     assert counts.pop(-1) == 20_000
-    assert set(committed) <= set(counts), "a transaction that committed was lost"
+    assert set(committed[:returned]) <= set(counts), "a transaction that committed was lost"
     assert set(counts.values()) == {batch}, "a transaction survived in part"
     assert sorted(counts) == list(range(len(counts)))  # what survived is a prefix of the history
