@@ -5,8 +5,9 @@ In a KVM guest an idle CPU halts, and waking it for the reply costs an exit to t
 and back: measured here, a getxattr answered in C took 16.2 us a round trip without
 halt polling and 7.5 us with it. The guest's cpuidle-haltpoll driver polls for up to
 `guest_halt_poll_ns` before it halts; the kernel's default is 200 us, and this
-platform's kernel command line sets 0. Swift on XFS pays far fewer wake-ups per
-operation, so the setting moves packfs's ratios much more than XFS's figures.
+platform's kernel command line sets 0. XFS pays such wake-ups too, where it waits for
+the disk, but far fewer per Swift GET or directory walk: the setting moves packfs's
+ratios there, and hardly where both wait for flushes (docs/bench-latest.md).
 
 Every report says what the run had. `BENCH_HALT_POLL_NS=N` sets it for the run and puts
 the machine's value back at the end; by default the machine's setting is measured as
@@ -32,8 +33,8 @@ def current() -> int | None:
 
 
 @contextlib.contextmanager
-def window(wanted: str | None) -> Iterator[int | None]:
-    """Run with guest_halt_poll_ns set to `wanted` (None or "": as the machine has it);
+def window(wanted: str) -> Iterator[int | None]:
+    """Run with guest_halt_poll_ns set to `wanted` ("": as the machine has it);
     yields the value in force, and puts the machine's back afterwards."""
     before = current()
     if not wanted:
@@ -41,7 +42,7 @@ def window(wanted: str | None) -> Iterator[int | None]:
         return
     if before is None:
         raise SystemExit(f"BENCH_HALT_POLL_NS={wanted}: this machine has no {PARAMETER}")
-    ns = int(wanted)
+    ns = int(wanted) if wanted.isdigit() else -1
     if ns < 0:
         raise SystemExit(f"BENCH_HALT_POLL_NS={wanted}: must be 0 or more nanoseconds")
     PARAMETER.write_text(f"{ns}\n")
