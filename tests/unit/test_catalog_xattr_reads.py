@@ -7,40 +7,17 @@ import errno
 import stat
 import threading
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import trio
 
-from packfs import pack as packmod
-from packfs.disk import Disk
+from started import with_filesystem
+
 from packfs.errors import FsError
 from packfs.filesystem import Filesystem
 from packfs.namespace import ROOT
-from packfs.options import Options
 
 REG = stat.S_IFREG | 0o644
 META = b"user.swift.metadata"
-
-
-def _with_filesystem(tmp_path: Path, xattrs_in_memory: bool,
-                     body: Callable[[Filesystem, trio.Nursery], Awaitable[None]]) -> None:
-    """Run body on a started Filesystem of a fresh pack, without FUSE; close it all after."""
-    packmod.initialise(str(tmp_path / "pack"), Disk())
-    p = packmod.open_pack(str(tmp_path / "pack"), Disk(), 1 << 30, 8 << 20, xattrs_in_memory=xattrs_in_memory)
-
-    async def main() -> None:
-        fs = Filesystem(p, Options(commit_interval=0, xattrs_in_memory=xattrs_in_memory))
-        async with trio.open_nursery() as nursery:
-            await fs.start(nursery)
-            await body(fs, nursery)
-            await fs.close()
-            nursery.cancel_scope.cancel()
-
-    try:
-        trio.run(main)
-    finally:
-        p.volumes.close()
-        p.catalog.close()
 
 
 def test_a_catalog_read_of_xattrs_leaves_the_event_loop_free(tmp_path: Path):
@@ -70,7 +47,7 @@ def test_a_catalog_read_of_xattrs_leaves_the_event_loop_free(tmp_path: Path):
         table.fetch_xattrs = from_catalog
         assert not table.xattrs_to_fetch(ino) and await fs.listxattr(ino) == [META]
 
-    _with_filesystem(tmp_path, False, body)
+    with_filesystem(tmp_path, body, xattrs_in_memory=False)
     assert started.is_set() and loop_ran.is_set()
 
 
@@ -91,4 +68,4 @@ def test_a_name_older_packs_took_stays_readable_and_removable(tmp_path: Path):
             else:
                 raise AssertionError("an unknown namespace was taken")
 
-    _with_filesystem(tmp_path, True, body)
+    with_filesystem(tmp_path, body)

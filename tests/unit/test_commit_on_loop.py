@@ -15,26 +15,21 @@ import stat
 from pathlib import Path
 
 import trio
+from started import with_filesystem
 
-from packfs import pack as packmod
-from packfs.disk import Disk
 from packfs.filesystem import Filesystem
 from packfs.namespace import ROOT
 from packfs.ops import Operations
-from packfs.options import Options
 
 REG = stat.S_IFREG | 0o644
 
 
 def test_only_a_flush_on_the_loop_that_requests_waited_for_crowds_the_next_commits(tmp_path: Path):
-    packmod.initialise(str(tmp_path / "pack"), Disk())
-    p = packmod.open_pack(str(tmp_path / "pack"), Disk(), 1 << 30, 8 << 20)
     queue_r, queue_w = os.pipe()  # stands for /dev/fuse: readable while a request waits
     waiting = select.poll()
     waiting.register(queue_r, select.POLLIN)
 
-    async def main() -> None:
-        fs = Filesystem(p, Options(commit_interval=0))
+    async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
         ops = Operations(fs)
         ops.watch_queue(queue_r)
         fsync = fs.fsync
@@ -56,48 +51,41 @@ def test_only_a_flush_on_the_loop_that_requests_waited_for_crowds_the_next_commi
             await fs.release(fh)
             return fs.volumes.flushes_on_loop == before + 1
 
-        async with trio.open_nursery() as nursery:
-            await fs.start(nursery)
-            assert await named_fsync(b"first")
+        assert await named_fsync(b"first")
 
-            # A file with no name: its fsync commits nothing.
-            fh = fs.open(fs.create_unlinked(ROOT, REG, 0, 0).ino)
-            await fs.write(fh, 0, b"y" * 5000)
-            commits = fs.journal.commits
-            fs.fsync = fsync_while_a_request_comes
-            await ops.fsync(fh, False)
-            fs.fsync = fsync
-            assert fs.journal.commits == commits
-            await fs.release(fh)
-            served()
-            assert await named_fsync(b"after a nameless fsync"), "an fsync that flushed nothing crowded the next"
+        # A file with no name: its fsync commits nothing.
+        fh = fs.open(fs.create_unlinked(ROOT, REG, 0, 0).ino)
+        await fs.write(fh, 0, b"y" * 5000)
+        commits = fs.journal.commits
+        fs.fsync = fsync_while_a_request_comes
+        await ops.fsync(fh, False)
+        fs.fsync = fsync
+        assert fs.journal.commits == commits
+        await fs.release(fh)
+        served()
+        assert await named_fsync(b"after a nameless fsync"), "an fsync that flushed nothing crowded the next"
 
-            # A directory with no change since the last commit: nothing to flush either.
-            fs.fsync = fsync_while_a_request_comes
-            await ops.fsyncdir(ROOT, False)
-            fs.fsync = fsync
-            served()
-            assert await named_fsync(b"after an idle fsyncdir"), "an fsync that flushed nothing crowded the next"
+        # A directory with no change since the last commit: nothing to flush either.
+        fs.fsync = fsync_while_a_request_comes
+        await ops.fsyncdir(ROOT, False)
+        fs.fsync = fsync
+        served()
+        assert await named_fsync(b"after an idle fsyncdir"), "an fsync that flushed nothing crowded the next"
 
-            # A flush the loop made while a request came: the next commits leave theirs to the writer.
-            fh = fs.open(fs.create(ROOT, b"flushed", REG, 0, 0).ino)
-            await fs.write(fh, 0, b"z" * 5000)
-            before = fs.volumes.flushes_on_loop
-            fs.fsync = fsync_while_a_request_comes
-            await ops.fsync(fh, False)
-            fs.fsync = fsync
-            await fs.release(fh)
-            assert fs.volumes.flushes_on_loop == before + 1
-            served()
-            assert not await named_fsync(b"crowded"), "a request came during the loop's last flush"
-
-            await fs.close()
-            nursery.cancel_scope.cancel()
+        # A flush the loop made while a request came: the next commits leave theirs to the writer.
+        fh = fs.open(fs.create(ROOT, b"flushed", REG, 0, 0).ino)
+        await fs.write(fh, 0, b"z" * 5000)
+        before = fs.volumes.flushes_on_loop
+        fs.fsync = fsync_while_a_request_comes
+        await ops.fsync(fh, False)
+        fs.fsync = fsync
+        await fs.release(fh)
+        assert fs.volumes.flushes_on_loop == before + 1
+        served()
+        assert not await named_fsync(b"crowded"), "a request came during the loop's last flush"
 
     try:
-        trio.run(main)
+        with_filesystem(tmp_path, body)
     finally:
-        p.volumes.close()
-        p.catalog.close()
         os.close(queue_r)
         os.close(queue_w)
