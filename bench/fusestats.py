@@ -57,9 +57,11 @@ def op_counts(stats) -> dict[str, float]:
                 best = rows
 
     walk(stats)
-    # Requests the fuse shim answered itself (a listing's end, xattrs it was handed) reach
-    # no handler, so the handlers' table lacks them; they are FUSE requests all the same.
-    for op, key in (("readdir", "listing_ends_answered_in_shim"), ("getxattr", "xattrs_answered_in_shim")):
+    # Requests the fuse shim answered itself (a listing's end, xattrs it was handed, an
+    # ioctl) reach no handler, so the handlers' table lacks them; they are FUSE requests
+    # all the same.
+    for op, key in (("readdir", "listing_ends_answered_in_shim"), ("getxattr", "xattrs_answered_in_shim"),
+                    ("ioctl", "ioctls_answered_in_shim")):
         shim = stats.get(key) if isinstance(stats, dict) else None
         if isinstance(shim, int) and shim:
             best[op] = best.get(op, 0) + shim

@@ -55,6 +55,13 @@
  *                FALLOCATE_NAME, whose value begins with a random token drawn for the
  *                session (packfs_shim_fallocate_token) and carries the mode, offset and
  *                length: packfs answers that, and no user's setxattr can pass for it.
+ *   ioctl        (whenever the table is rewritten) pyfuse3 has no handler for it, and the
+ *                kernel asks every time: it keeps no refusal for ioctls, unlike most
+ *                requests. Python's open() sends one (the TCGETS of its isatty check)
+ *                for every file it opens buffered: a Swift GET sends one, a PUT and a
+ *                DELETE one or two. This answers ENOTTY, what the kernel turned
+ *                libfuse's ENOSYS into, and counts them (packfs_shim_ioctls_answered),
+ *                so that the requests a mount is sent are all counted somewhere.
  *
  * fuse_session_mount (killpriv): libfuse 3.14 cannot ask for FUSE_HANDLE_KILLPRIV_V2
  * (Linux 5.12 and later): the filesystem, not the kernel, takes set-ID bits and file
@@ -316,6 +323,16 @@ static void fallocate_as_setxattr(fuse_req_t req, fuse_ino_t ino, int mode, off_
     next_setxattr(req, ino, FALLOCATE_NAME, (const char *)value, sizeof value, 0);
 }
 
+static unsigned long long ioctls_answered;
+
+static void ioctl_unsupported(fuse_req_t req, fuse_ino_t ino, int cmd, void *arg, struct fuse_file_info *fi,
+                              unsigned flags, const void *in_buf, size_t in_bufsz, size_t out_bufsz)
+{
+    (void)ino, (void)cmd, (void)arg, (void)fi, (void)flags, (void)in_buf, (void)in_bufsz, (void)out_bufsz;
+    ioctls_answered++;
+    fuse_reply_err(req, ENOTTY);
+}
+
 struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_lowlevel_ops *op,
                                       size_t op_size, void *userdata)
 {
@@ -362,6 +379,8 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
         next_setxattr = op->setxattr;
         ops.fallocate = fallocate_as_setxattr;
     }
+    if (op->ioctl == NULL)
+        ops.ioctl = ioctl_unsupported;
     struct fuse_session *se = next(args, &ops, op_size, userdata);
     installed = se != NULL;
     return se;
@@ -531,6 +550,11 @@ int packfs_shim_fallocate_token(unsigned char *out)
         return 0;
     memcpy(out, fallocate_token, TOKEN_SIZE);
     return 1;
+}
+
+unsigned long long packfs_shim_ioctls_answered(void)
+{
+    return ioctls_answered;
 }
 
 unsigned long long packfs_shim_tmpfiles(void)

@@ -100,6 +100,7 @@ if _lib is not None:
     _lib.packfs_shim_note_new.restype = None
     _lib.packfs_shim_xattrs_answered.restype = ctypes.c_ulonglong
     _lib.packfs_shim_tmpfiles.restype = ctypes.c_ulonglong
+    _lib.packfs_shim_ioctls_answered.restype = ctypes.c_ulonglong
 
 FALLOCATE_TOKEN_SIZE = 16  # _fuseshim.c's TOKEN_SIZE
 
@@ -208,6 +209,12 @@ def serves_tmpfile() -> bool:
 def tmpfiles() -> int:
     """open(O_TMPFILE) requests the library gave to pyfuse3's create handler."""
     return int(_lib.packfs_shim_tmpfiles()) if _lib is not None else 0
+
+
+def ioctls_answered() -> int:
+    """ioctl requests the library refused (ENOTTY; pyfuse3 has none): the kernel sends every
+    one, and Python's open() sends one per file."""
+    return int(_lib.packfs_shim_ioctls_answered()) if _lib is not None else 0
 
 
 def ends_answered() -> int:

@@ -52,10 +52,11 @@ def requests_served(mountpoint: Path) -> dict[str, int]:
 def requests_received(mountpoint: Path) -> dict[str, int]:
     """How many FUSE requests of each kind the kernel sent the mount: those packfs's
     handlers served, and those its fuse shim answered in C (a listing's end, a getxattr
-    of xattrs it was handed), which reach no handler."""
+    of xattrs it was handed, an ioctl), which reach no handler."""
     s = stats(mountpoint)
     got = {op: v["count"] for op, v in s["operations"].items()}
-    for op, in_shim in (("readdir", "listing_ends_answered_in_shim"), ("getxattr", "xattrs_answered_in_shim")):
+    for op, in_shim in (("readdir", "listing_ends_answered_in_shim"), ("getxattr", "xattrs_answered_in_shim"),
+                        ("ioctl", "ioctls_answered_in_shim")):
         got[op] = got.get(op, 0) + s[in_shim]
     return got
 
