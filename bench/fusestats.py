@@ -6,6 +6,8 @@ count field.  That keeps this tolerant of the exact layout the CLI chooses.
 """
 from __future__ import annotations
 
+from packfs.stats import ANSWERED_IN_SHIM
+
 FUSE_OPS = {
     "lookup", "forget", "forget_multi", "getattr", "setattr", "readlink", "mknod", "mkdir", "unlink",
     "rmdir", "symlink", "rename", "link", "open", "read", "write", "flush", "release", "fsync",
@@ -60,8 +62,7 @@ def op_counts(stats) -> dict[str, float]:
     # Requests the fuse shim answered itself (a listing's end, xattrs it was handed, an
     # ioctl) reach no handler, so the handlers' table lacks them; they are FUSE requests
     # all the same.
-    for op, key in (("readdir", "listing_ends_answered_in_shim"), ("getxattr", "xattrs_answered_in_shim"),
-                    ("ioctl", "ioctls_answered_in_shim")):
+    for op, key in ANSWERED_IN_SHIM:
         shim = stats.get(key) if isinstance(stats, dict) else None
         if isinstance(shim, int) and shim:
             best[op] = best.get(op, 0) + shim
