@@ -14,6 +14,8 @@ directory.  Environment (used by mk/bench.mk):
   BENCH_PACKFS_BACKING=xfs|ext4   filesystem of packfs's PACKDIR image (default xfs)
   BENCH_OBJECTS=N         objects for the scale part (default 1,000,000; 20,000 with QUICK)
   BENCH_SWIFT_WORKERS=N   object server worker processes (default 1; Swift's own default is auto, one per core)
+  BENCH_SWIFT_NETWORK_CHUNK=N   the object server's network_chunk_size, the size of a PUT's writes (default
+                          65536, Swift's)
   BENCH_HALT_POLL_NS=N    the guest's halt polling for the run (default: as the machine has it; bench/haltpoll.py)
 """
 from __future__ import annotations

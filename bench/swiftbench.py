@@ -243,6 +243,7 @@ def main(tb, res: Results, quick: bool, reps: int, work: Path, only_large: bool 
     sb = SwiftBench(tb, res, quick, reps, work)
     res.config["swift"] = {"phase_seconds": sb.phase_s, "sweep_seconds": sb.sweep_s, "large_object": sb.big,
                            "max_ops": {size_label(k): v for k, v in sb.max_ops.items()},
-                           "object_server": f"stock swift-object-server, workers={so.WORKERS}, one per filesystem",
+                           "object_server": f"stock swift-object-server, workers={so.WORKERS}, "
+                                            f"network_chunk_size={so.NETWORK_CHUNK}, one per filesystem",
                            "part_power": so.PART_POWER}
     sb.run(only_large)

@@ -2,8 +2,9 @@
 
 The object server is the unmodified ``swift-object-server`` console script from PyPI, with
 a minimal config written here: ``devices`` is the filesystem's Swift ``devices`` dir (the
-filesystem under test is mounted at ``devices/sdb1``), ``workers`` (BENCH_SWIFT_WORKERS, 1), ``mount_check =
-false``, and ``swift_dir`` pointing at a run-directory swift.conf (Swift's run_wsgi calls
+filesystem under test is mounted at ``devices/sdb1``), ``workers`` (BENCH_SWIFT_WORKERS,
+1), ``network_chunk_size`` (BENCH_SWIFT_NETWORK_CHUNK, 65536), ``mount_check = false``,
+and ``swift_dir`` pointing at a run-directory swift.conf (Swift's run_wsgi calls
 ``set_swift_dir`` with it, so nothing is written to /etc/swift).  An object ring with one
 device is built with Swift's own RingBuilder.
 
@@ -35,6 +36,10 @@ from .util import latency_summary, log, pids_in_group
 # Object server worker processes: 1 by default (every request on one eventlet hub, as
 # the tables so far were measured); Swift's own default is "auto", one per core.
 WORKERS = os.environ.get("BENCH_SWIFT_WORKERS", "1")
+# Bytes the object server reads from a client at a time, and so writes to its file at a
+# time during a PUT: Swift's default, 65536, unless BENCH_SWIFT_NETWORK_CHUNK says (the
+# same for every filesystem of a run). Through FUSE each write is a round trip.
+NETWORK_CHUNK = os.environ.get("BENCH_SWIFT_NETWORK_CHUNK", "65536")
 HASH_SUFFIX = "packfs-bench-suffix"
 HASH_PREFIX = "packfs-bench-prefix"
 PART_POWER = 10
@@ -60,7 +65,7 @@ user = root
 swift_dir = {swift_dir}
 log_name = object-server-{name}
 log_level = WARNING
-network_chunk_size = 65536
+network_chunk_size = {network_chunk}
 disk_chunk_size = 65536
 
 [pipeline:main]
@@ -122,7 +127,8 @@ class ObjectServer:
         write_swift_dir(self.swift_dir, self.port)
         conf = self.swift_dir / "object-server.conf"
         conf.write_text(_OBJ_CONF.format(devices=self.devices, port=self.port,
-                                         swift_dir=self.swift_dir, name=self.name, workers=WORKERS))
+                                         swift_dir=self.swift_dir, name=self.name, workers=WORKERS,
+                                         network_chunk=NETWORK_CHUNK))
         self.logfile = self.swift_dir / "object-server.log"
         with open(self.logfile, "ab") as lf:
             self.proc = subprocess.Popen([swift_bin("swift-object-server"), str(conf)],
