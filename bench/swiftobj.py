@@ -40,6 +40,8 @@ WORKERS = os.environ.get("BENCH_SWIFT_WORKERS", "1")
 # time during a PUT: Swift's default, 65536, unless BENCH_SWIFT_NETWORK_CHUNK says (the
 # same for every filesystem of a run). Through FUSE each write is a round trip.
 NETWORK_CHUNK = os.environ.get("BENCH_SWIFT_NETWORK_CHUNK", "65536")
+if not NETWORK_CHUNK.isdigit() or int(NETWORK_CHUNK) == 0:
+    raise SystemExit(f"BENCH_SWIFT_NETWORK_CHUNK={NETWORK_CHUNK!r}: give a size in bytes, such as 1048576")
 HASH_SUFFIX = "packfs-bench-suffix"
 HASH_PREFIX = "packfs-bench-prefix"
 PART_POWER = 10
