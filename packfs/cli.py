@@ -237,8 +237,10 @@ def format_stats(s: dict) -> str:
                             if s["zero_message_opendir"] else "opened by a FUSE request each (no fuse shim)"),
         f"listing ends   {s['listing_ends_answered_in_shim']:>12,}   readdirs after a listing's last entry, "
         "answered by the fuse shim (no handler: not in the table below)",
-        f"ioctls         {s['ioctls_answered_in_shim']:>12,}   refused by the fuse shim (ENOTTY): the kernel "
-        "sends every one, Python's open() one per file (no handler: not in the table below)",
+        (f"ioctls         {s['ioctls_answered_in_shim']:>12,}   refused by the fuse shim (ENOTTY): the kernel "
+         "sends every one, Python's open() one per file (no handler: not in the table below)"
+         if s.get("ioctls_counted") else "ioctls         refused by libfuse, not counted (the fuse shim's table "
+         "is not in use: every part of it is off)"),
         "files          " + ("open without a request (no OPEN or RELEASE; a file create makes has no RELEASE)"
                             if s["zero_message_open"] else "opened by a FUSE request each"),
         (f"xattrs         {s['xattrs_answered_in_shim']:>12,}   getxattrs answered by the fuse shim from the "

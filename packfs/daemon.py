@@ -174,6 +174,7 @@ class Daemon:
                         "listing_ends_answered_in_shim": fuseshim.ends_answered(),
                         "xattrs_from_shim": fuseshim.caches_xattrs(),
                         "xattrs_answered_in_shim": fuseshim.xattrs_answered(),
+                        "ioctls_counted": fuseshim.installed(),
                         "ioctls_answered_in_shim": fuseshim.ioctls_answered(),
                         "fallocate": bool(ops.fallocate_token), "o_tmpfile": fuseshim.serves_tmpfile(),
                         "tmpfiles": fuseshim.tmpfiles(),

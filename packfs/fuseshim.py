@@ -120,7 +120,7 @@ def loaded() -> bool:
 
 def installed() -> bool:
     """Whether the last FUSE session made got the rewritten handler table (dircache,
-    filecache, xattrcache)."""
+    filecache, xattrcache, fallocate; ioctls are refused and counted with any of them)."""
     return _lib is not None and bool(_lib.packfs_shim_installed())
 
 

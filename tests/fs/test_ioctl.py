@@ -16,7 +16,7 @@ import termios
 import pytest
 
 from fsutil import write_file
-from mounts import requests_received, stats
+from mounts import mounted, requests_received, stats
 
 
 def test_an_ioctl_is_refused_with_enotty_and_counted(mnt):
@@ -44,3 +44,22 @@ def test_pythons_buffered_open_sends_one_ioctl_and_an_unbuffered_one_none(mnt):
     after = requests_received(mnt)
     assert middle.get("ioctl", 0) - before.get("ioctl", 0) == 1
     assert after.get("ioctl", 0) - middle.get("ioctl", 0) == 0
+
+
+def test_with_every_part_of_the_shim_off_ioctls_are_refused_and_stats_says_they_are_not_counted(tmp_path):
+    with mounted(tmp_path / "pack", tmp_path / "mnt", "nodircache,nofilecache,noxattrcache,nofallocate") as m:
+        write_file(m / "f", b"data")
+        fd = os.open(m / "f", os.O_RDONLY)
+        try:
+            with pytest.raises(OSError) as refused:
+                fcntl.ioctl(fd, termios.TCGETS, bytes(64))
+            assert refused.value.errno == errno.ENOTTY
+        finally:
+            os.close(fd)
+        s = stats(m)
+        assert s["ioctls_counted"] is False
+        assert s["ioctls_answered_in_shim"] == 0
+
+
+def test_the_shims_table_counts_ioctls(mnt):
+    assert stats(mnt)["ioctls_counted"] is True
