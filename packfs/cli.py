@@ -239,8 +239,8 @@ def format_stats(s: dict) -> str:
         "answered by the fuse shim (no handler: not in the table below)",
         (f"ioctls         {s['ioctls_answered_in_shim']:>12,}   refused by the fuse shim (ENOTTY): the kernel "
          "sends every one, Python's open() one per file (no handler: not in the table below)"
-         if s.get("ioctls_counted") else "ioctls         refused by libfuse, not counted (the fuse shim's table "
-         "is not in use: every part of it is off)"),
+         if s.get("ioctls_counted") else "ioctls         refused by libfuse, not counted (the fuse shim's handler "
+         "table is not in use)"),
         "files          " + ("open without a request (no OPEN or RELEASE; a file create makes has no RELEASE)"
                             if s["zero_message_open"] else "opened by a FUSE request each"),
         (f"xattrs         {s['xattrs_answered_in_shim']:>12,}   getxattrs answered by the fuse shim from the "
