@@ -42,9 +42,9 @@ def window(wanted: str) -> Iterator[int | None]:
         return
     if before is None:
         raise SystemExit(f"BENCH_HALT_POLL_NS={wanted}: this machine has no {PARAMETER}")
-    ns = int(wanted) if wanted.isdigit() else -1
-    if ns < 0:
+    if not wanted.isdigit():
         raise SystemExit(f"BENCH_HALT_POLL_NS={wanted}: must be 0 or more nanoseconds")
+    ns = int(wanted)
     PARAMETER.write_text(f"{ns}\n")
     log(f"guest_halt_poll_ns {before} -> {ns} for this run")
     try:

@@ -9,6 +9,7 @@ nobody, whatever comes meanwhile.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import stat
@@ -38,6 +39,14 @@ def test_only_a_flush_on_the_loop_that_requests_waited_for_crowds_the_next_commi
             await fsync(**kwargs)
             os.write(queue_w, b"r")
 
+        @contextlib.contextmanager
+        def a_request_comes_during_fsync():
+            fs.fsync = fsync_while_a_request_comes
+            try:
+                yield
+            finally:
+                fs.fsync = fsync
+
         def served() -> None:  # the request that came is read
             while waiting.poll(0):
                 os.read(queue_r, 64)
@@ -57,18 +66,16 @@ def test_only_a_flush_on_the_loop_that_requests_waited_for_crowds_the_next_commi
         fh = fs.open(fs.create_unlinked(ROOT, REG, 0, 0).ino)
         await fs.write(fh, 0, b"y" * 5000)
         commits = fs.journal.commits
-        fs.fsync = fsync_while_a_request_comes
-        await ops.fsync(fh, False)
-        fs.fsync = fsync
+        with a_request_comes_during_fsync():
+            await ops.fsync(fh, False)
         assert fs.journal.commits == commits
         await fs.release(fh)
         served()
         assert await named_fsync(b"after a nameless fsync"), "an fsync that flushed nothing crowded the next"
 
         # A directory with no change since the last commit: nothing to flush either.
-        fs.fsync = fsync_while_a_request_comes
-        await ops.fsyncdir(ROOT, False)
-        fs.fsync = fsync
+        with a_request_comes_during_fsync():
+            await ops.fsyncdir(ROOT, False)
         served()
         assert await named_fsync(b"after an idle fsyncdir"), "an fsync that flushed nothing crowded the next"
 
@@ -76,9 +83,8 @@ def test_only_a_flush_on_the_loop_that_requests_waited_for_crowds_the_next_commi
         fh = fs.open(fs.create(ROOT, b"flushed", REG, 0, 0).ino)
         await fs.write(fh, 0, b"z" * 5000)
         before = fs.volumes.flushes_on_loop
-        fs.fsync = fsync_while_a_request_comes
-        await ops.fsync(fh, False)
-        fs.fsync = fsync
+        with a_request_comes_during_fsync():
+            await ops.fsync(fh, False)
         await fs.release(fh)
         assert fs.volumes.flushes_on_loop == before + 1
         served()
