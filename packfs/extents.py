@@ -7,15 +7,22 @@ A map is a list of `Extent` tuples sorted by file offset and never overlapping:
 `skip` is where the extent starts inside the record's payload; `record_length` is the
 payload length, so a record can be freed exactly once no extent refers to it. A record
 is named by its key (volume, record_offset, record_length).
+
+A map at rest (in the inode table, a catalog row, a journal row) is packed: each extent
+as six little-endian integers, back to back (`pack`); a journal row may log a long map's
+edits instead (`pack_edits`).
 """
 from __future__ import annotations
 
+import struct
 from bisect import bisect_left
 from typing import Iterator
 
 Extent = tuple[int, int, int, int, int, int]
 RecordKey = tuple[int, int, int]
 INFINITY = 1 << 63
+PACKED = struct.Struct("<QIIQII")  # one extent of a packed map
+PACKED_MAX = 8  # longer maps stay Python lists in the inode table: cheap to edit
 
 
 def key(e: Extent) -> RecordKey:
@@ -86,3 +93,42 @@ def pieces(extents: list[Extent], start: int, end: int) -> Iterator[tuple[int, i
             pos = stop
     if pos < end:
         yield pos, end - pos, None
+
+
+def pack(extents: list[Extent] | None) -> bytes | None:
+    if extents is None:
+        return None
+    return b"".join([PACKED.pack(*e) for e in extents])
+
+
+def unpack(blob: bytes | None) -> list[Extent] | None:
+    return None if blob is None else list(PACKED.iter_unpack(blob))
+
+
+def pack_edits(edits: list[Extent | int]) -> list[bytes | int]:
+    """A map's edits as a journal row logs them, in order: each run of extents mapped
+    (Namespace.map_extent) packed, each truncation (truncate_extents) as its size."""
+    out: list[bytes | int] = []
+    run: list[Extent] = []
+    for edit in edits:
+        if isinstance(edit, int):
+            if run:
+                out.append(pack(run))  # type: ignore[arg-type]
+                run = []
+            out.append(edit)
+        else:
+            run.append(edit)
+    if run:
+        out.append(pack(run))  # type: ignore[arg-type]
+    return out
+
+
+def replay_edits(extents: list[Extent], edits: list[bytes | int]) -> list[Extent]:
+    """Make the same edits to a map (recovery): the map they were made to comes out."""
+    for edit in edits:
+        if isinstance(edit, int):
+            punch(extents, edit, INFINITY)
+        else:
+            for e in PACKED.iter_unpack(edit):
+                insert(extents, e)
+    return extents

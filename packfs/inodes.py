@@ -20,7 +20,6 @@ import itertools
 import logging
 import operator
 import stat
-import struct
 from array import array
 from typing import Any, Callable, Iterable, Iterator
 
@@ -36,52 +35,9 @@ ROOT = 1
 
 # A snapshot of one inode, as the journal and the catalog store it:
 # (ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, xattrs, extents, parent)
-# with xattrs and extents in their packed forms (see pack_xattrs and pack_extents). In a
-# journal row a long map may instead be a list: its edits since the previous row (pack_edits).
+# with xattrs and extents in their packed forms (see pack_xattrs and extents.pack). In a
+# journal row a long map may instead be a list: its edits since the previous row (extents.pack_edits).
 InodeRow = tuple
-
-_EXTENT = struct.Struct("<QIIQII")
-PACKED_EXTENTS_MAX = 8  # longer extent lists stay Python lists: cheap to edit
-
-
-def pack_extents(extents: list | None) -> bytes | None:
-    if extents is None:
-        return None
-    return b"".join([_EXTENT.pack(*e) for e in extents])
-
-
-def unpack_extents(blob: bytes | None) -> list | None:
-    return None if blob is None else list(_EXTENT.iter_unpack(blob))
-
-
-def pack_edits(edits: list[ext.Extent | int]) -> list[bytes | int]:
-    """A map's edits as a journal row logs them, in order: each run of extents mapped
-    (Namespace.map_extent) packed, each truncation (truncate_extents) as its size."""
-    out: list[bytes | int] = []
-    run: list[ext.Extent] = []
-    for edit in edits:
-        if isinstance(edit, int):
-            if run:
-                out.append(pack_extents(run))  # type: ignore[arg-type]
-                run = []
-            out.append(edit)
-        else:
-            run.append(edit)
-    if run:
-        out.append(pack_extents(run))  # type: ignore[arg-type]
-    return out
-
-
-def replay_edits(extents: list[ext.Extent], edits: list[bytes | int]) -> list[ext.Extent]:
-    """Make the same edits to a map (recovery): the map they were made to comes out."""
-    for edit in edits:
-        if isinstance(edit, int):
-            ext.punch(extents, edit, ext.INFINITY)
-        else:
-            for e in _EXTENT.iter_unpack(edit):
-                ext.insert(extents, e)
-    return extents
-
 
 _FETCHED_MAX = 256
 _DECODED_MAX = 64  # inodes whose xattrs are kept decoded: a Swift GET reads them ~5 times
@@ -195,8 +151,8 @@ class InodeTable:
         # Extent maps of regular files; absent means empty. A file whose map is one whole
         # record exactly as long as the file (most Swift objects smaller than
         # disk_chunk_size) has it in the `rec` column instead (`kname`: no memory of its
-        # own; the record's length is the file's size); others have it here, packed up to PACKED_EXTENTS_MAX extents, a list beyond (cheap to
-        # edit in place).
+        # own; the record's length is the file's size); others have it here, packed up to
+        # ext.PACKED_MAX extents, a list beyond (cheap to edit in place).
         self.extents: dict[int, bytes | list[ext.Extent]] = {}
         # A whole record names its volume by an index here, so that `rec` is a u32 however
         # many volumes a disk has written (numbers only grow): the indexes of volumes no
@@ -355,12 +311,12 @@ class InodeTable:
             return
         old = self.size[ino]  # (a whole record's file is below the column's top)
         if self.kname[ino] and value != old:
-            self.extents[ino] = pack_extents(self.extent_list(ino))  # type: ignore[assignment]
+            self.extents[ino] = ext.pack(self.extent_list(ino))  # type: ignore[assignment]
             self.kname[ino] = 0
         self.set_narrow("size", ino, value)
         e = self.extents.get(ino)
-        if type(e) is bytes and len(e) == _EXTENT.size and _EXTENT.unpack(e)[1] == value:
-            self.set_extents(ino, [_EXTENT.unpack(e)])
+        if type(e) is bytes and len(e) == ext.PACKED.size and ext.PACKED.unpack(e)[1] == value:
+            self.set_extents(ino, [ext.PACKED.unpack(e)])
 
     def set_lookups(self, ino: int, value: int) -> None:
         """Set the kernel's reference count of an inode. The column is u8 until a count
@@ -485,7 +441,7 @@ class InodeTable:
     def mapped_record_lengths(self) -> Iterator[int]:
         """The length of every record the other extent maps refer to, each record once."""
         split = {(e[2], e[3], e[5]) for m in self.extents.values()
-                 for e in (_EXTENT.iter_unpack(m) if isinstance(m, bytes) else m)}
+                 for e in (ext.PACKED.iter_unpack(m) if isinstance(m, bytes) else m)}
         return (k[2] for k in split)
 
     def find_free(self, below: int) -> None:
@@ -516,7 +472,7 @@ class InodeTable:
         if isinstance(extents, list):  # edits of the map the slot holds (read it before the size changes)
             if (old & _IFMT != _IFREG and strict) or mode & _IFMT != _IFREG:
                 raise ValueError(f"a journal row edits the extent map of inode {ino}, which has none")
-            extents = replay_edits(self.extent_list(ino) if old & _IFMT == _IFREG else [], extents)
+            extents = ext.replay_edits(self.extent_list(ino) if old & _IFMT == _IFREG else [], extents)
         if old == 0:
             self.live += 1
         elif old & _IFMT != mode & _IFMT:  # a number reused for another type: drop what the old one kept
@@ -537,7 +493,7 @@ class InodeTable:
         self.set_xattrs(ino, xattrs)
         if mode & _IFMT == _IFREG:
             self.set_extents(ino, extents if isinstance(extents, list) else
-                             unpack_extents(extents) if extents else None)
+                             ext.unpack(extents) if extents else None)
 
     def load_all(self, rows: Iterable[InodeRow], top: int) -> None:
         """Fill empty slots from catalog rows, inode numbers below top: the mount's bulk
@@ -550,7 +506,7 @@ class InodeTable:
         rdevs, targets, extents, rec, dir_xat = self.rdev, self.target, self.extents, self.rec, self.dir_xat
         assert not self.compacting_xattrs, "a mount's load comes before any compaction"
         xat, add = self.kid, (self.xblobs.adder() if self.keep_xattrs else None)
-        one, unpack = _EXTENT.size, _EXTENT.unpack
+        one, unpack = ext.PACKED.size, ext.PACKED.unpack
         n = 0
         numbers = self._kind_numbers
         for ino, mode, uid, gid, links, length, a, m, c, rdev, target, x, e, parent in rows:
@@ -654,7 +610,7 @@ class InodeTable:
         self.ctimes.set(ino, now, now)
 
     def row(self, ino: int, edits: list[bytes | int] | None = None) -> InodeRow:
-        """edits: a journal row's, in place of the whole map (see pack_edits)."""
+        """edits: a journal row's, in place of the whole map (see extents.pack_edits)."""
         mode, uid, gid, _ = self.kinds[self.kind[ino]]
         is_dir = mode & _IFMT == _IFDIR
         extents = (self.packed_extents(ino) if edits is None else edits) if stat.S_ISREG(mode) else None
@@ -700,7 +656,7 @@ class InodeTable:
             return [(0, n, self.volumes[r >> _REC_PAGE_BITS], (r & _REC_PAGE_MASK) << 12, 0, n)]
         e = self.extents.get(ino)
         if isinstance(e, bytes):
-            return list(_EXTENT.iter_unpack(e))
+            return list(ext.PACKED.iter_unpack(e))
         return e or []
 
     def extent_count(self, ino: int) -> int:
@@ -710,7 +666,7 @@ class InodeTable:
         if self.kname[ino]:
             return 1
         e = self.extents.get(ino)
-        return len(e) // _EXTENT.size if isinstance(e, bytes) else len(e or ())
+        return len(e) // ext.PACKED.size if isinstance(e, bytes) else len(e or ())
 
     def set_extents(self, ino: int, value: list[ext.Extent] | None) -> None:
         """A regular file's new extent map (set its size first: a whole record goes in
@@ -721,13 +677,13 @@ class InodeTable:
         if r:
             self.extents.pop(ino, None)
         elif value:
-            self.extents[ino] = pack_extents(value) if len(value) <= PACKED_EXTENTS_MAX else value  # type: ignore[assignment]
+            self.extents[ino] = ext.pack(value) if len(value) <= ext.PACKED_MAX else value  # type: ignore[assignment]
         else:
             self.extents.pop(ino, None)
 
     def packed_extents(self, ino: int) -> bytes:
         e = self.extents.get(ino)
-        return e if isinstance(e, bytes) else pack_extents(self.extent_list(ino))  # type: ignore[return-value]
+        return e if isinstance(e, bytes) else ext.pack(self.extent_list(ino))  # type: ignore[return-value]
 
     # -- xattrs ------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Iterator
 from . import extents as ext
 from .changes import Changes, PendingChanges
 from .errors import FsError, enoent
-from .inodes import INO_MAX, ROOT, Inode, InodeRow, InodeTable, pack_edits
+from .inodes import INO_MAX, ROOT, Inode, InodeRow, InodeTable
 from .xattrblob import XATTRS_MAX, packed_size
 
 NAME_MAX = 255
@@ -121,7 +121,7 @@ class Namespace:
         if extents >= self.journal_edits_min:
             self.extent_edits[ino] = []
         if wanted and edits is not None and len(edits) < extents:
-            return pack_edits(edits)
+            return ext.pack_edits(edits)
         return None
 
     def forget_extent_edits(self, inodes: Iterable[int]) -> None:

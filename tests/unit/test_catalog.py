@@ -10,7 +10,7 @@ import pytest
 
 from packfs.catalog import Catalog, CatalogError
 from packfs.journal import snapshot
-from packfs.inodes import pack_extents, unpack_extents
+from packfs.extents import pack as pack_extents, unpack as unpack_extents
 from packfs.xattrblob import pack_xattrs, unpack_xattrs
 from packfs.namespace import ROOT, Namespace
 from packfs.recovery import load_namespace

@@ -220,7 +220,7 @@ def test_edits_are_let_go_once_they_outnumber_the_map(packdir):
 
 def test_edits_made_again_leave_the_map_as_once():
     from packfs import extents as ext
-    from packfs.inodes import pack_edits, replay_edits
+    from packfs.extents import pack_edits, replay_edits
 
     rnd = random.Random(5)
     live: list = []

@@ -7,7 +7,8 @@ import pytest
 from test_catalog import build
 
 from packfs import inodes, records
-from packfs.inodes import IN_CATALOG, KINDS_NARROW, ROOT, XATTR_GRAIN, Inode, InodeTable, pack_extents
+from packfs.extents import pack as pack_extents
+from packfs.inodes import IN_CATALOG, KINDS_NARROW, ROOT, XATTR_GRAIN, Inode, InodeTable
 from packfs.offsettimes import FAR
 from packfs.namespace import Namespace
 from packfs.xattrblob import is_compressed, pack_xattrs, plain
