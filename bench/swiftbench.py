@@ -7,6 +7,8 @@
 - a size sweep 50 KiB .. 1 MiB (PUT and GET at concurrency 1), checked for dips;
 - on packfs: FUSE requests per Swift PUT, GET and DELETE, by request type, from
   `packfs stats --json` diffs around N operations;
+- where each operation's time goes (bench/timesplit.py): the object server's hub on and
+  off a CPU, its pool threads, packfs's daemon, at concurrency 16 and for PUTs at 1;
 - a container database as a container server drives it (bench/containerdb.py): merges
   of new rows, container updates, a listing.
 """
@@ -18,6 +20,7 @@ import sys
 from pathlib import Path
 
 from . import swiftobj as so
+from . import timesplit
 from .fusestats import request_table
 from .results import Results
 from .util import REPO, log, run, size_label
@@ -41,6 +44,7 @@ class SwiftBench:
         self.max_ops = {4 << 10: 20000, 100 << 10: 5000, 1 << 20: 1500}
         self.servers: dict[str, so.ObjectServer] = {}
         self.run_id = 0
+        self.splits: dict[tuple[str, str], list[dict]] = {}  # (operation, filesystem) -> timesplit.per_op
 
     def _order(self, rep: int):
         k = rep % len(self.targets)
@@ -110,22 +114,36 @@ class SwiftBench:
                     for t in self._order(rep):
                         log(f"swift [{i}/{n_cases}] {size_label(size)} c{conc} rep {rep + 1}/{self.reps} on {t.name}")
                         self._guard(f"{size_label(size)} c{conc}", t, lambda: self._small_case(t, size, conc, rep))
+        if self.splits:
+            self.res.tables["time_split"] = timesplit.table(self.splits)
+
+    def _phase(self, t, label: str, op: str, names: list[str], size: int, conc: int, **kw) -> so.Phase:
+        """run_phase, and where its time went (timesplit) at concurrency 16 and for PUTs."""
+        srv = self.servers[t.name]
+        if conc == 1 and op != "PUT":
+            return so.run_phase(srv.port, op, names, size, conc, self.phase_s, **kw)
+        workers, daemon = srv.worker_pids(), t.daemon_pid()
+        before = timesplit.snapshot(workers, daemon)
+        ph = so.run_phase(srv.port, op, names, size, conc, self.phase_s, **kw)
+        got = timesplit.per_op(before, timesplit.snapshot(workers, daemon), ph.ops)
+        if got is not None:
+            self.splits.setdefault((label.format(op), t.name), []).append(got)
+        return ph
 
     def _small_case(self, t, size: int, conc: int, rep: int) -> None:
-        port = self.servers[t.name].port
         self.run_id += 1
         names = [f"o{size_label(size)}-c{conc}-r{rep}-{self.run_id}-{i}" for i in range(self.max_ops[size])]
         lab = f"Swift {{}} {size_label(size).replace('K', ' KiB').replace('M', ' MiB')} c{conc}"
-        put = so.run_phase(port, "PUT", names, size, conc, self.phase_s)
+        put = self._phase(t, lab, "PUT", names, size, conc)
         stored = names[:put.ops]  # GET/HEAD/DELETE what was PUT (a failed PUT shows as errors)
         self._record(t, f"swift.put.{size_label(size).lower()}.c{conc}", lab.format("PUT"), put)
         figs = [f"PUT {put.rate:.0f}"]
         if put.ops:
             for op in ("GET", "HEAD"):
-                ph = so.run_phase(port, op, stored[:put.ops], size, conc, self.phase_s, max_ops=10**9, cycle=True)
+                ph = self._phase(t, lab, op, stored[:put.ops], size, conc, max_ops=10**9, cycle=True)
                 self._record(t, f"swift.{op.lower()}.{size_label(size).lower()}.c{conc}", lab.format(op), ph)
                 figs.append(f"{op} {ph.rate:.0f}")
-            ph = so.run_phase(port, "DELETE", stored[:put.ops], size, conc, self.phase_s)
+            ph = self._phase(t, lab, "DELETE", stored[:put.ops], size, conc)
             self._record(t, f"swift.delete.{size_label(size).lower()}.c{conc}", lab.format("DELETE"), ph)
             figs.append(f"DELETE {ph.rate:.0f}")
         log(f"  {t.name} {size_label(size)} c{conc} ops/s: " + ", ".join(figs))

@@ -154,6 +154,10 @@ class ObjectServer:
     def pids(self) -> list[int]:
         return pids_in_group(self.proc.pid) if self.proc and self.proc.poll() is None else []
 
+    def worker_pids(self) -> list[int]:
+        """The processes that serve requests: every one but the parent, which only waits."""
+        return [pid for pid in self.pids() if pid != self.proc.pid]  # type: ignore[union-attr]
+
     def log_tail(self, n: int = 20) -> str:
         try:
             return "\n".join(self.logfile.read_text(errors="replace").splitlines()[-n:])
