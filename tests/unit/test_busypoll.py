@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 import select
+import subprocess
+import sys
 import threading
 import time
 from typing import Iterator
@@ -90,3 +92,34 @@ def test_no_polling_while_another_task_is_ready_to_run(queue):
 
     assert trio.run(main) is False
     assert bp.spins == 0
+
+
+def test_the_poll_gives_its_cpu_to_a_thread_ready_to_run_there(queue):
+    """A CPU-bound process on the polling thread's CPU gets all of it while the poll
+    spins (half of it if the poll did not yield: the scheduler shares the CPU fairly)."""
+    p, _ = queue
+    cpu = min(os.sched_getaffinity(0))
+    spin = ("import os, sys, time\n"
+            f"os.sched_setaffinity(0, {{{cpu}}})\n"
+            "print('ready', flush=True)\n"
+            "t = time.monotonic()\n"
+            "while time.monotonic() - t < 30: pass\n")
+    child = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
+    mask = os.sched_getaffinity(0)
+    try:
+        assert child.stdout.readline() == "ready\n"
+        os.sched_setaffinity(0, {cpu})
+
+        def ran() -> int:
+            with open(f"/proc/{child.pid}/schedstat") as f:
+                return int(f.read().split()[0])
+        bp = BusyPoll(400_000, lambda: True)
+        before, t0 = ran(), time.perf_counter()
+        came, _ = _await(bp, p)
+        share = (ran() - before) / 1e9 / (time.perf_counter() - t0)
+    finally:
+        os.sched_setaffinity(0, mask)
+        child.kill()
+        child.wait()
+    assert not came
+    assert share > 0.8
