@@ -155,8 +155,10 @@ class ObjectServer:
         return pids_in_group(self.proc.pid) if self.proc and self.proc.poll() is None else []
 
     def worker_pids(self) -> list[int]:
-        """The processes that serve requests: every one but the parent, which only waits."""
-        return [pid for pid in self.pids() if pid != self.proc.pid]  # type: ignore[union-attr]
+        """The processes that serve requests: the workers (the parent only waits), or the
+        parent if it has none (`workers = 0`)."""
+        pids = self.pids()
+        return [pid for pid in pids if pid != self.proc.pid] or pids  # type: ignore[union-attr]
 
     def log_tail(self, n: int = 20) -> str:
         try:

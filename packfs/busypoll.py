@@ -22,8 +22,9 @@ the loop waits for. With a CPU-bound process on the loop's CPU, that process had
 of it while the loop spun, and all of it with the yield (tests/unit/test_busypoll.py).
 Swift 4 KiB PUT at concurrency 16 (five alternated pairs, session 43): 599-630 against
 534-594 ops/s; in three of them the object server's threads waited for a CPU 829-867
-against 1,169-1,268 us per PUT. 100 KiB and 1 MiB PUT and 4 KiB GET at concurrency 16, and PUT
-and GET at concurrency 1, moved within the noise.
+against 1,169-1,268 us per PUT. 100 KiB and 1 MiB PUT and 4 KiB GET at concurrency 16,
+PUT and GET at concurrency 1, and fio's small files and 64 KiB stream moved within the
+noise.
 """
 from __future__ import annotations
 
