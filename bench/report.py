@@ -16,12 +16,12 @@ from .util import write_json
 FS = ("packfs", "xfs", "ext4")
 SWEEP_K = (50, 100, 200, 300, 1000)
 DIP_LIMIT = 0.8   # a step to the next larger size may lose at most 20% of bytes/s
+SCALE_TARGETS_AT = 1_000_000  # objects the scale part's targets are set at
 
 # (key, kind, threshold, description)
 #   ratio : packfs/XFS relative performance >= threshold
 #   max   : packfs value <= threshold (absolute)
 #   min   : packfs value >= threshold (absolute)
-SCALE_TARGETS_AT = 1_000_000  # objects the scale part's targets are set at
 TARGETS = [
     ("swift.put.4k.c16.ops", "ratio", 0.5, "4 KiB PUT c16 >= 0.5x XFS"),
     ("swift.get.4k.c16.ops", "ratio", 0.5, "4 KiB GET c16 >= 0.5x XFS"),

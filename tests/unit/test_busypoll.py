@@ -104,22 +104,21 @@ def test_the_poll_gives_its_cpu_to_a_thread_ready_to_run_there(queue):
             "print('ready', flush=True)\n"
             "t = time.monotonic()\n"
             "while time.monotonic() - t < 30: pass\n")
-    child = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
     mask = os.sched_getaffinity(0)
-    try:
-        assert child.stdout.readline() == "ready\n"
-        os.sched_setaffinity(0, {cpu})
+    with subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True) as child:
+        try:
+            assert child.stdout.readline() == "ready\n"
+            os.sched_setaffinity(0, {cpu})
 
-        def ran() -> int:
-            with open(f"/proc/{child.pid}/schedstat") as f:
-                return int(f.read().split()[0])
-        bp = BusyPoll(400_000, lambda: True)
-        before, t0 = ran(), time.perf_counter()
-        came, _ = _await(bp, p)
-        share = (ran() - before) / 1e9 / (time.perf_counter() - t0)
-    finally:
-        os.sched_setaffinity(0, mask)
-        child.kill()
-        child.wait()
+            def ran() -> int:
+                with open(f"/proc/{child.pid}/schedstat") as f:
+                    return int(f.read().split()[0])
+            bp = BusyPoll(400_000, lambda: True)
+            before, t0 = ran(), time.perf_counter()
+            came, _ = _await(bp, p)
+            share = (ran() - before) / 1e9 / (time.perf_counter() - t0)
+        finally:
+            os.sched_setaffinity(0, mask)
+            child.kill()
     assert not came
     assert share > 0.8

@@ -25,4 +25,3 @@ def test_scale_targets_are_judged_at_a_million_objects():
     ev = report.evaluate(_run(1_000_000))
     assert ev["scale.walk.cold.s"] == ("≥ 5x", "PASS")
     assert ev["scale.rss_per_file"] == ("≤ 200", "MISS")
-

@@ -19,19 +19,16 @@ POOL = ("import threading, time\n"
 def split(code: str, ops: int) -> dict:
     """timesplit.per_op of a child process running `code`: snapshots just before it starts
     (it waits for a line on stdin) and once it says it is done (its threads still live)."""
-    p = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.readline()\n" + code +
-                          "print('done', flush=True); sys.stdin.readline()\n"],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
+    with subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.readline()\n" + code +
+                           "print('done', flush=True); sys.stdin.readline()\n"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as p:
         time.sleep(0.2)
         before = timesplit.snapshot([p.pid], None)
         p.stdin.write("go\n")
         p.stdin.flush()
         assert p.stdout.readline() == "done\n"
         after = timesplit.snapshot([p.pid], None)
-    finally:
-        p.stdin.close()
-        p.wait(timeout=30)
+        p.stdin.close()  # the child's last readline returns: it exits
     got = timesplit.per_op(before, after, ops)
     assert got is not None
     return got
