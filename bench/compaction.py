@@ -19,7 +19,7 @@ import stat
 import statistics
 import time
 
-from packfs import inodes
+from packfs import xattrstore
 from packfs.namespace import ROOT, Namespace
 
 
@@ -42,7 +42,7 @@ def main() -> None:
     ap.add_argument("--whole", action="store_true", help="one part: every slot, no byte budget")
     args = ap.parse_args()
     t = build(args.files, args.size).table
-    inodes.XATTR_COMPACT_MIN = 0  # (due once the frees outweigh the values, however few)
+    xattrstore.XATTR_COMPACT_MIN = 0  # (due once the frees outweigh the values, however few)
     before = {"arena_mib": len(t.xblobs.data) / 2**20, "free_mib": t.xblobs.wasted() / 2**20}
     assert t.xattr_compaction_due(), before
     kwargs = {"slots": len(t.kind), "budget": 1 << 62} if args.whole else {}

@@ -311,8 +311,8 @@ def test_an_image_written_while_the_arena_is_compacted_finishes_the_compaction_f
     """An unmount may come between two parts of a compaction of the xattr arena, with
     values in both arenas: the image is written once the compaction is done, and every
     value, a directory's too, reads back."""
-    from packfs import inodes
-    monkeypatch.setattr(inodes, "XATTR_COMPACT_MIN", 1 << 10)
+    from packfs import inodes, xattrstore
+    monkeypatch.setattr(xattrstore, "XATTR_COMPACT_MIN", 1 << 10)
     ns = Namespace.fresh(0, 0)
     dirs = [ns.create(ROOT, b"d%02d" % i, DIR, 0, 0) for i in range(20)]
     files = [ns.create(d.ino, b"only", stat.S_IFREG | 0o600, 0, 0) for d in dirs]

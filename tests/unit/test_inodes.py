@@ -8,7 +8,8 @@ from test_catalog import build
 
 from packfs import inodes, records
 from packfs.extents import pack as pack_extents
-from packfs.inodes import IN_CATALOG, KINDS_NARROW, ROOT, XATTR_GRAIN, Inode, InodeTable
+from packfs.inodes import IN_CATALOG, KINDS_NARROW, ROOT, Inode, InodeTable
+from packfs.xattrstore import XATTR_GRAIN
 from packfs.offsettimes import FAR
 from packfs.namespace import Namespace
 from packfs.xattrblob import is_compressed, pack_xattrs, plain
@@ -696,7 +697,7 @@ def test_a_time_column_with_many_far_times_holds_whole_times(how, which, touched
 def test_xattr_references_past_u32_make_the_column_i64(monkeypatch, how):
     """`xat` (`kid`) is u32 (references in 8 B grains: 32 GiB of values); a reference past
     that, from any of the three places that store one, makes it i64 and keeps every value."""
-    monkeypatch.setattr("packfs.inodes._KID_TOP", 1)  # every reference is past it
+    monkeypatch.setattr("packfs.xattrstore.KID_TOP", 1)  # every reference is past it
     swift = pack_xattrs({b"user.swift.metadata": b"{'ETag': 'x', 'Content-Length': '4096'}" * 8}, compress=False)
     t = InodeTable()
     if how == "load_all":

@@ -8,7 +8,8 @@ import pytest
 
 from packfs.dirents import PACKED_MAX, PackedEntries
 from packfs.errors import FsError
-from packfs.inodes import SMALL, XATTR_GRAIN
+from packfs.inodes import SMALL
+from packfs.xattrstore import XATTR_GRAIN
 from packfs.namespace import RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT, Namespace
 
 REG = stat.S_IFREG | 0o644
@@ -520,8 +521,8 @@ def test_values_of_ever_other_sizes_leave_the_xattr_arena_compacted_not_grown(ns
     place (IN_CATALOG) too, still names its value."""
     import random
 
-    from packfs import inodes
-    monkeypatch.setattr(inodes, "XATTR_COMPACT_MIN", 1 << 20)
+    from packfs import inodes, xattrstore
+    monkeypatch.setattr(xattrstore, "XATTR_COMPACT_MIN", 1 << 20)
     rng = random.Random(3)
     holders = [ns.create(ROOT, b"f%d" % i, REG, 0, 0).ino for i in range(100)]
     holders += [ns.create(ROOT, b"d%d" % i, DIR, 0, 0).ino for i in range(30)]
@@ -558,8 +559,8 @@ def test_a_compaction_in_parts_keeps_every_value_changed_between_its_parts(ns, m
     dict stands for the catalog here)."""
     import random
 
-    from packfs import inodes
-    monkeypatch.setattr(inodes, "XATTR_COMPACT_MIN", 1 << 16)
+    from packfs import inodes, xattrstore
+    monkeypatch.setattr(xattrstore, "XATTR_COMPACT_MIN", 1 << 16)
     rng = random.Random(5)
     t = ns.table
     t.keep_xattrs = in_memory
