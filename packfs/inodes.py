@@ -23,11 +23,11 @@ from array import array
 from typing import Any, Iterable, Iterator
 
 from . import extents as ext
+from . import xattrstore
 from .arena import CountedArena
 from .dirents import PACKED_MAX, PackedEntries, name_of, pack_small, small_get, small_items, stored_name
 from .offsettimes import FAR, OffsetTimes
 from .xattrblob import iter_xattrs, pack_xattrs, unpack_xattrs
-from . import xattrstore
 from .xattrstore import IN_CATALOG, XattrStore
 
 log = logging.getLogger(__name__)

@@ -57,6 +57,7 @@ class XattrStore:
     _set_sparse: Callable[[dict, int, Any], None]
 
     def _init_xattrs(self) -> None:
+        """An empty table's xattr state (InodeTable.__init__ calls it)."""
         # Packed xattrs in an arena (`xat` is the reference, 0 for none: `kid`, or
         # `dir_xat` for a directory, see xref): all of them while
         # keep_xattrs, else only those the catalog does not hold yet (`xat` is IN_CATALOG
