@@ -2,8 +2,8 @@
 
 - PUT, GET, HEAD, DELETE of 4 KiB, 100 KiB, 1 MiB objects at concurrency 1 and 16:
   ops/s and latency mean/p50/p95/p99/max;
-- one large object (1 GiB; 256 MiB with QUICK) by content-length and chunked in 64 KiB
-  pieces, then read back;
+- one large object (1 GiB; 128 MiB with QUICK) by content-length and chunked in 64 KiB
+  pieces, each first in every other repetition; the first read back;
 - a size sweep 50 KiB .. 1 MiB (PUT and GET at concurrency 1), checked for dips;
 - on packfs: FUSE requests per Swift PUT, GET and DELETE, by request type, from
   `packfs stats --json` diffs around N operations;
