@@ -9,10 +9,10 @@ from test_catalog import build
 from packfs import inodes, records
 from packfs.extents import pack as pack_extents
 from packfs.inodes import IN_CATALOG, KINDS_NARROW, ROOT, Inode, InodeTable
-from packfs.xattrstore import XATTR_GRAIN
 from packfs.offsettimes import FAR
 from packfs.namespace import Namespace
 from packfs.xattrblob import is_compressed, pack_xattrs, plain
+from packfs.xattrstore import XATTR_GRAIN
 
 REG = stat.S_IFREG | 0o644
 DIR = stat.S_IFDIR | 0o755

@@ -9,8 +9,8 @@ import pytest
 from packfs.dirents import PACKED_MAX, PackedEntries
 from packfs.errors import FsError
 from packfs.inodes import SMALL
-from packfs.xattrstore import XATTR_GRAIN
 from packfs.namespace import RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT, Namespace
+from packfs.xattrstore import XATTR_GRAIN
 
 REG = stat.S_IFREG | 0o644
 DIR = stat.S_IFDIR | 0o755
