@@ -318,6 +318,13 @@ def _commits_after(mnt, since: int, timeout: float) -> int:
     return n
 
 
+def _all_committed(mnt, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while (pending := stats(mnt)["uncommitted_inodes"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pending == 0
+
+
 def test_kill9_keeps_what_the_commit_interval_committed(tmp_path, packdir):
     """Files nobody fsyncs (rsync's replication, an operator's copy) are committed once
     `commit_interval` has passed, so the daemon's death loses at most that much; with
@@ -325,13 +332,15 @@ def test_kill9_keeps_what_the_commit_interval_committed(tmp_path, packdir):
     mnt = tmp_path / "mnt"
     files = {f"objects/7/a3f/{i:032x}/1700000000.{i:05d}.data": content(f"unsynced-{i}") for i in range(20)}
     with mounted(packdir, mnt, "commit_interval=0.5"):
+        mounted_commits = stats(mnt)["commits"]
         for rel, data in files.items():
             (mnt / rel).parent.mkdir(parents=True, exist_ok=True)
             write_file(mnt / rel, data)  # no fsync, of the file or of any directory
-        written = stats(mnt)["commits"]
-        assert _commits_after(mnt, written, timeout=30) > written, "no commit came within 30 s"
-        time.sleep(0.5)  # the commit's flush (its count goes up when it is queued)
-        assert stats(mnt)["uncommitted_inodes"] == 0
+        # The interval's commit may come while the files are still being written (a slow
+        # machine), so count from the mount and wait until it has taken every change.
+        assert _commits_after(mnt, mounted_commits, timeout=30) > mounted_commits, "no commit came within 30 s"
+        assert _all_committed(mnt, timeout=30), "changes still uncommitted 30 s after the writes"
+        time.sleep(0.5)  # the last commit's flush (its count goes up when it is queued)
         kill9(packdir, mnt)
     with mounted(packdir, mnt, "commit_interval=0"):
         for rel, data in files.items():
