@@ -13,6 +13,7 @@ import subprocess
 import threading
 import time
 import traceback
+from typing import Callable
 
 import pytest
 
@@ -311,18 +312,16 @@ def test_kill9_keeps_fsynced_metadata(tmp_path, packdir, options):
         assert after[name] == before[name], name
 
 
-def _commits_after(mnt, since: int, timeout: float) -> int:
+def _stat_when(mnt, key: str, done: Callable[[int], bool], timeout: float) -> int:
+    """The mount's `key` statistic once `done` says so, or as it is after `timeout` s."""
     deadline = time.monotonic() + timeout
-    while (n := stats(mnt)["commits"]) <= since and time.monotonic() < deadline:
+    while not done(n := stats(mnt)[key]) and time.monotonic() < deadline:
         time.sleep(0.05)
     return n
 
 
-def _all_committed(mnt, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while (pending := stats(mnt)["uncommitted_inodes"]) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return pending == 0
+def _commits_after(mnt, since: int, timeout: float) -> int:
+    return _stat_when(mnt, "commits", lambda n: n > since, timeout)
 
 
 def test_kill9_keeps_what_the_commit_interval_committed(tmp_path, packdir):
@@ -339,7 +338,8 @@ def test_kill9_keeps_what_the_commit_interval_committed(tmp_path, packdir):
         # The interval's commit may come while the files are still being written (a slow
         # machine), so count from the mount and wait until it has taken every change.
         assert _commits_after(mnt, mounted_commits, timeout=30) > mounted_commits, "no commit came within 30 s"
-        assert _all_committed(mnt, timeout=30), "changes still uncommitted 30 s after the writes"
+        assert _stat_when(mnt, "uncommitted_inodes", lambda n: n == 0, timeout=30) == 0, \
+            "changes still uncommitted 30 s after the writes"
         time.sleep(0.5)  # the last commit's flush (its count goes up when it is queued)
         kill9(packdir, mnt)
     with mounted(packdir, mnt, "commit_interval=0"):
