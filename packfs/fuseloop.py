@@ -6,7 +6,7 @@ is a lock hand-off to the next task (a task switch, plus the checkpoint trio's L
 takes even when it is free) and an epoll re-arm and wait, whether or not more requests
 are already waiting in the kernel. Against trio's own lock and wait (`drain=0`),
 alternated on one pack, the stand-ins below took a third off the daemon's CPU per Swift
-4 KiB PUT at concurrency 16 (README, option `drain`).
+4 KiB PUT at concurrency 16 (docs/options.md, `drain`).
 
 pyfuse3 reaches trio only through its module attribute `trio` (its asyncio mode swaps
 it the same way), and its loop needs only `Lock` and `lowlevel.wait_readable` for this.
