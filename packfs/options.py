@@ -37,7 +37,7 @@ class Options:
     cache_size: int = 64 << 20         # verified-record read cache
     entry_timeout: float = 300.0       # kernel dentry cache lifetime (packfs is the only writer)
     attr_timeout: float = 300.0        # kernel attribute cache lifetime
-    writeback_cache: bool = False      # kernel writeback cache (measured: no gain for Swift)
+    writeback_cache: bool = False      # kernel writeback cache (large objects gain, small ones pay)
     direct_writes: bool = True         # write-only and creating handles bypass the page cache
     allow_other: bool = os.geteuid() == 0  # let other users (Swift's) use a root mount
     max_tasks: int = 64                # concurrent pyfuse3 request tasks
