@@ -130,7 +130,24 @@ class Daemon:
             p.catalog.close()
             os.close(lock_fd)
             return 1
-        pack.write_pid(lock_fd)
+        try:
+            # Whatever ends the daemon from here on (a signal, a bug, a failed write of its
+            # pid), never leave a dead mount behind.
+            pack.write_pid(lock_fd)
+            self._wire(fs, ops)
+            trio.run(self._serve, fs, ops, ready, instruments=[self.drain.turn] if self.drain else [])
+        finally:
+            pyfuse3.close(unmount=not self.unmounted)
+            if self.closed:
+                self._save_image(p)
+            p.volumes.close()
+            p.catalog.close()
+            os.ftruncate(lock_fd, 0)
+            os.close(lock_fd)
+        return 0
+
+    def _wire(self, fs: Filesystem, ops: Operations) -> None:
+        """Connect packfs to what the fuse shim does for this session (known once mounted)."""
         ops.watch_queue(_fuse_fd())
         ops.no_release = fuseshim.zero_message_open
         if fuseshim.caches_xattrs():
@@ -150,18 +167,6 @@ class Daemon:
         elif (self.opts.dircache or self.opts.filecache or self.opts.xattrcache) and not fuseshim.installed():
             log.warning("the fuse shim did not take: directories and files are opened by a FUSE request "
                         "(see fuseshim.py)")
-        try:
-            trio.run(self._serve, fs, ops, ready, instruments=[self.drain.turn] if self.drain else [])
-        finally:
-            # Whatever ended the daemon (a signal, a bug), never leave a dead mount behind.
-            pyfuse3.close(unmount=not self.unmounted)
-            if self.closed:
-                self._save_image(p)
-            p.volumes.close()
-            p.catalog.close()
-            os.ftruncate(lock_fd, 0)
-            os.close(lock_fd)
-        return 0
 
     async def _serve(self, fs: Filesystem, ops: Operations, ready: Ready) -> None:
         async def on_control(command: str) -> dict:
