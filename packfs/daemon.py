@@ -159,6 +159,8 @@ class Daemon:
         ops.fallocate_token = fuseshim.fallocate_token()
         if self.drain:
             self.drain.await_request = ops.busypoll.await_request
+            self.drain.on_idle = fs.journal.when_idle
+            fs.journal.idle_hook = True
             if fuseshim.answers_listing_ends() or fuseshim.caches_xattrs():
                 self.drain.on_read = ops.busypoll.touch  # requests answered in C keep the loop polling
         if not fuseshim.loaded():

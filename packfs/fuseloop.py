@@ -23,7 +23,7 @@ it the same way), and its loop needs only `Lock` and `lowlevel.wait_readable` fo
   request is queued or comes, it returns without going through epoll or the scheduler.
   After `streak` such requests in a row it first lets every other trio task (the
   store's, the control socket's) run, one turn of the loop. When no request comes it
-  waits the normal way.
+  waits the normal way, after telling `on_idle` (the journal's deferred work).
 
 With `streak` 0 and no busy polling nothing is installed and pyfuse3 uses trio itself.
 """
@@ -92,6 +92,8 @@ class Drain:
         self.on_read: Callable[[], None] = lambda: None
         # Polls for a request that has not come yet: True if one came (BusyPoll.await_request).
         self.await_request: Callable[[select.poll], bool] = lambda queue: False
+        # Called when no request came and the loop is about to sleep in epoll.
+        self.on_idle: Callable[[], None] = lambda: None
 
     async def wait_readable(self, fd: int) -> None:
         self.on_read()
@@ -107,6 +109,7 @@ class Drain:
             self.skipped += 1
             return
         self.run = 0
+        self.on_idle()
         await trio.lowlevel.wait_readable(fd)
 
 

@@ -50,6 +50,9 @@ SNAPSHOT_ROUNDS = 3  # rounds of parts taking again what changed during the one 
 # The xattr compressor's turn ends after 64 blobs (Swift's: ~28 KB, ~3.5 ms) or this many
 # bytes of them, whichever comes first: 64 blobs of 64 KiB values held the loop 0.4 s.
 COMPRESS_SLICE_BYTES = 64 << 10
+# A commit the loop flushes itself leaves the compressor's turn for when the loop is idle,
+# unless this many xattr blobs wait for it already (a loop never idle still compresses).
+COMPRESS_DEFER_MAX = 64
 T = TypeVar("T")
 
 
@@ -185,6 +188,9 @@ class Journal:
         self._checkpoint_wanted = trio.Event()
         self._commit_wanted = trio.Event()
         self._compress_wanted = trio.Event()
+        # Set by the daemon when the event loop calls when_idle before it sleeps.
+        self.idle_hook = False
+        self._compress_deferred = False
         self._compaction: _Compaction | None = None  # the xattr arena's, under way or last
         self._behind: Changes | None = None  # what a commit in parts took and has not staged
         ns.on_many_changes = lambda: self._commit_wanted.set()
@@ -246,7 +252,13 @@ class Journal:
             return
         await self.volumes.ensure_space(records.BLOCK, metadata=True)  # buffered data holds its own
         self._stage(wake=not alone)
-        self._compress_wanted.set()  # runs while the log writer writes and flushes
+        if alone and self.idle_hook and self.ns.table.uncompressed() < COMPRESS_DEFER_MAX:
+            # The loop flushes this commit itself, then replies: a compressor turn right
+            # after would hold the requester's next requests (a Swift PUT sends 7 after
+            # its fsyncdir). It comes once the loop has no request to read (when_idle).
+            self._compress_deferred = True
+        else:
+            self._compress_wanted.set()  # runs while the log writer writes and flushes
         if alone:
             self.volumes.write_now()
         await self._committed()
@@ -450,6 +462,12 @@ class Journal:
             self._checkpoint_wanted.set()  # the checkpoint hands its memory back after it
         elif self.commits != self._commits_freed:
             await self._memory_freed()
+
+    def when_idle(self) -> None:
+        """The event loop has no request to read and is about to sleep."""
+        if self._compress_deferred:
+            self._compress_deferred = False
+            self._compress_wanted.set()
 
     async def run_xattr_compressor(self) -> None:
         """Background task: compress the xattrs setxattr (or a replay) stored plain, a slice
