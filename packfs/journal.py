@@ -254,8 +254,9 @@ class Journal:
         self._stage(wake=not alone)
         if alone and self.idle_hook and self.ns.table.uncompressed() < COMPRESS_DEFER_MAX:
             # The loop flushes this commit itself, then replies: a compressor turn right
-            # after would hold the requester's next requests (a Swift PUT sends 7 after
-            # its fsyncdir). It comes once the loop has no request to read (when_idle).
+            # after would hold the requester's next request (a Swift PUT lists the
+            # object's directory after its fsyncdir). It comes once the loop has no
+            # request to read (when_idle): there, between two of Swift's PUTs.
             self._compress_deferred = True
         else:
             self._compress_wanted.set()  # runs while the log writer writes and flushes
