@@ -22,7 +22,7 @@ $(STAMPS)/apt:
 	fi
 	@touch $@
 
-$(STAMPS)/venv: $(STAMPS)/apt pyproject.toml setup.py packfs/_fuseshim.c packfs/_logwriter.c
+$(STAMPS)/venv: $(STAMPS)/apt pyproject.toml setup.py packfs/_fuseshim.c packfs/_logwriter.c packfs/_swiftform.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,swift,bench]'

@@ -1,5 +1,6 @@
-"""Builds packfs's two C parts: _fuseshim.c, what packfs asks of libfuse beyond pyfuse3
-(packfs/fuseshim.py), and _logwriter.c, the volume log's writer thread (packfs/logwriter.py).
+"""Builds packfs's three C parts: _fuseshim.c, what packfs asks of libfuse beyond pyfuse3
+(packfs/fuseshim.py), _logwriter.c, the volume log's writer thread (packfs/logwriter.py), and
+_swiftform.c, Swift's metadata made again from the form xattrblob.py stores it in.
 
 Everything else about the package is in pyproject.toml."""
 import subprocess
@@ -20,4 +21,6 @@ setup(ext_modules=[Extension("packfs._fuseshim", ["packfs/_fuseshim.c"], include
                              libraries=["fuse3", "dl"], extra_compile_args=["-O2", "-Wall", "-Werror"],
                              optional=True),
                    Extension("packfs._logwriter", ["packfs/_logwriter.c"],
+                             extra_compile_args=["-O2", "-Wall", "-Werror"], optional=True),
+                   Extension("packfs._swiftform", ["packfs/_swiftform.c"], libraries=["z", "m"],
                              extra_compile_args=["-O2", "-Wall", "-Werror"], optional=True)])

@@ -16,7 +16,7 @@ from typing import Iterator, Sequence
 
 import trio
 
-from . import records
+from . import records, xattrblob
 from .disk import Disk
 from .errors import FsError
 from .journal import Journal
@@ -421,6 +421,7 @@ class Filesystem:
             "punched_bytes": v.punched_bytes, "disk_allocated_bytes": allocated,
             "appended_bytes": v.appended, "device_writes": v.writes,
             "device_flushes": v.flushes, "device_flushes_on_loop": v.flushes_on_loop, "log_writer": v.writer_kind,
+            "swift_form_codec": xattrblob.codec(),
             "device_reads_waited": v.reads_waited, "prefetches": v.prefetches,
             "commits": self.journal.commits,
             "seconds_since_commit": round(time.monotonic() - self.journal.committed_at, 1)
