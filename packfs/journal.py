@@ -251,6 +251,7 @@ class Journal:
             await self._committed()
             return
         await self.volumes.ensure_space(records.BLOCK, metadata=True)  # buffered data holds its own
+        self.volumes.note_commit(alone)
         self._stage(wake=not alone)
         if alone and self.idle_hook and self.ns.table.uncompressed() < COMPRESS_DEFER_MAX:
             # The loop flushes this commit itself, then replies: a compressor turn right

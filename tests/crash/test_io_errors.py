@@ -14,7 +14,7 @@ from packfs import fsck, records
 from packfs import pack as packmod
 from packfs.errors import FsError
 from packfs.filesystem import Filesystem
-from packfs.volumes import META_RESERVE
+from packfs.volumes import CROWDED_HOLD, META_RESERVE
 from packs import KiB, lookup, read_file, run, small_options, tree, write_file
 
 MiB = 1 << 20
@@ -173,6 +173,7 @@ def test_eio_on_a_flush_of_preallocated_zeros_breaks_the_log(tmp_path: Path) -> 
         with trio.fail_after(30):  # the mount's own zero-filling must not take the fault
             while not v.preallocator_idle:
                 await trio.sleep(0.01)
+        await trio.sleep(CROWDED_HOLD)  # the fsync above was not alone: zeros wait that long
         fault = disk.inject("fdatasync", errno.EIO, times=1)
         # A writer that rolls the log over to a fresh volume gets all of it but the last
         # block before the volume's limit fallocated; the preallocator writes zeros over

@@ -12,7 +12,8 @@ import trio
 from packfs import records
 from packfs.disk import Disk
 from packfs.errors import FsError
-from packfs.volumes import META_RESERVE, PREALLOC_AHEAD, PREALLOC_STEP, STREAM_GAP, Volumes, volume_name
+from packfs.volumes import (CROWDED_HOLD, META_RESERVE, PREALLOC_AHEAD, PREALLOC_STEP, STREAM_GAP, Volumes,
+                            volume_name)
 
 PACK_ID = 7
 
@@ -154,6 +155,42 @@ def test_zeros_resume_once_the_writers_fall_behind(tmp_path):
         assert all(off - v.tail < STREAM_GAP for off, _, _ in fallocated)
         assert zeroed[0][0] - v.tail >= STREAM_GAP
         assert max(off for off, _, _ in fallocated) < zeroed[0][0]
+
+    serve(v, body)
+    v.close()
+
+
+def test_while_commits_are_crowded_the_background_fallocates_then_zeros_again(tmp_path):
+    """A commit that was not alone (writers sharing the flushes) turns the zeros off for
+    CROWDED_HOLD: the steps prepared meanwhile are fallocated. Commits alone again, the
+    next steps are zeros."""
+    disk = CountingDisk()
+    v = volumes(tmp_path, disk=disk)
+    payload = os.urandom(2 * PREALLOC_STEP)
+
+    async def used_two_steps() -> list[tuple]:
+        """Append two steps' worth, let the background prepare what that used: its calls."""
+        before = len(disk.calls)
+        await v.ensure_space(records.footprint(len(payload)))
+        _, _, ticket = v.append(records.DATA, 5, 0, payload, sync=True)
+        await v.wait_durable(ticket)
+        while not v.preallocator_idle:
+            await trio.sleep(0.01)
+        return [c for c in disk.calls[before:] if c[0] == "allocate"]
+
+    async def body() -> None:
+        with trio.fail_after(60):
+            await v.ensure_space(records.BLOCK)  # the writer's step; the background prepares the rest
+            while not v.preallocator_idle:
+                await trio.sleep(0.01)
+            v.note_commit(alone=True)
+            assert ("allocate", True) in await used_two_steps()
+            v.note_commit(alone=False)
+            crowded = await used_two_steps()
+            assert crowded and ("allocate", True) not in crowded
+            await trio.sleep(CROWDED_HOLD)
+            v.note_commit(alone=True)
+            assert ("allocate", True) in await used_two_steps()
 
     serve(v, body)
     v.close()
