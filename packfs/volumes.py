@@ -296,8 +296,9 @@ class Volumes:
         """Background: keep PREALLOC_AHEAD of prepared space ahead of the tail.
 
         Appends then rarely wait for a grow, and the zero-filling competes with them only
-        as background I/O (and not at all while commits are crowded: note_commit). Never rolls over (that is the writers' decision) and never
-        raises: a writer that finds no room grows or hears ENOSPC itself.
+        as background I/O, and not at all while commits are crowded (note_commit). Never
+        rolls over (that is the writers' decision) and never raises: a writer that finds
+        no room grows or hears ENOSPC itself.
         """
         while True:
             await self._grow_wanted.wait()

@@ -18,7 +18,8 @@ with (its first field is a name length of at most 255: its second byte is 0):
   That is deflated with _XZ_DICT_4: ~50 B for Swift's ~440 B. A CRC-32 of the pickle
   is kept, and reading pickles the dict again (protocol 2, as Swift does) and checks
   it, so a pickler that ever wrote other bytes would fail loudly (EIO) rather than give
-  Swift a wrong pickle. The layout is in docs/on-disk-format.md.
+  Swift a wrong pickle. The layout is in docs/on-disk-format.md. Both ways run in C
+  where packfs/_swiftform.c is built (the same bytes; tests/unit/test_swiftform.py).
 
 Only the blobs' holders decide when to compress (InodeTable.compress_xattrs).
 """
