@@ -63,6 +63,8 @@ static int reserve(Out *o, size_t n) {
 }
 
 static int put(Out *o, const void *data, size_t n) {
+    if (n == 0)
+        return 0; /* memcpy may not be given NULL, even for nothing (the empty value put_xattr reserves) */
     if (reserve(o, n) < 0)
         return -1;
     memcpy(o->p + o->len, data, n);
