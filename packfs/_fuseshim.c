@@ -83,6 +83,13 @@
  * opcode, so pyfuse3's create handler gets the name "/", which no real create can carry,
  * and packfs makes a file with no name there (Swift writes objects that way when it
  * can, then links them into place with linkat).
+ *
+ * And FUSE passthrough (passthrough; Linux 6.9 and later, CAP_SYS_ADMIN): the I/O asks
+ * for FUSE_PASSTHROUGH in libfuse's INIT reply when the kernel offers it, and patches
+ * the reply to a create whose handle packfs staged (packfs_shim_stage) so that the
+ * kernel reads and writes that open file straight from and to packfs's staging file
+ * (a backing file: FUSE_DEV_IOC_BACKING_OPEN), with no request per write. libfuse
+ * 3.14 knows neither the INIT field (max_stack_depth) nor the open reply's backing_id.
  */
 #define FUSE_USE_VERSION 31
 #define _GNU_SOURCE
@@ -92,6 +99,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -103,7 +111,7 @@ typedef struct fuse_session *(*session_new_fn)(struct fuse_args *, const struct 
 typedef int (*session_mount_fn)(struct fuse_session *, const char *);
 
 static int want_dircache, want_filecache, want_xattrcache, want_killpriv, want_tmpfile,
-    want_fallocate; /* packfs_shim_enable */
+    want_fallocate, want_passthrough; /* packfs_shim_enable */
 static int installed;    /* the last session got the rewritten table */
 static int zero_message; /* ... and its kernel supports zero-message opendir */
 static int zero_open;    /* ... and zero-message open, which filecache asked for */
@@ -128,9 +136,26 @@ static int init_offers_mmap; /* ... and FUSE_DIRECT_IO_ALLOW_MMAP (an extended I
 static int init_answered;  /* libfuse's INIT reply went out */
 static int killpriv;       /* ... with FUSE_HANDLE_KILLPRIV_V2 set */
 static int direct_mmap;    /* ... with FUSE_DIRECT_IO_ALLOW_MMAP set */
+static int init_offers_passthrough; /* ... and FUSE_PASSTHROUGH (flags2) */
+static int passthrough;    /* ... with FUSE_PASSTHROUGH set: creates may be staged */
 
 /* Linux 6.6 (protocol 7.39); libfuse 3.14's header stops at 7.38. A flags2 bit. */
 #define DIRECT_IO_ALLOW_MMAP_FLAGS2 (1u << (36 - 32))
+
+/* Linux 6.9 (protocol 7.40), beyond libfuse 3.14's header: FUSE_PASSTHROUGH is a flags2
+ * bit; fuse_init_out carries max_stack_depth after flags2, and fuse_open_out a backing_id
+ * where 3.14 has padding; the device takes two ioctls. */
+#define PASSTHROUGH_FLAGS2 (1u << (37 - 32))
+#define INIT_OUT_MAX_STACK_DEPTH 36 /* offsetof(fuse_init_out, max_stack_depth) */
+#define OPEN_OUT_BACKING_ID 12      /* offsetof(fuse_open_out, backing_id) */
+#define FOPEN_PASSTHROUGH_FLAG (1u << 7)
+struct backing_map {
+    int32_t fd;
+    uint32_t flags;
+    uint64_t padding;
+};
+#define BACKING_OPEN _IOW(229, 1, struct backing_map)
+#define BACKING_CLOSE _IOW(229, 2, uint32_t)
 
 static void opendir_enosys(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 static void open_enosys(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
@@ -417,9 +442,91 @@ static ssize_t read_request(int fd, void *buf, size_t len, void *userdata)
             init_offers_mmap = (arg->flags & FUSE_INIT_EXT) &&
                                n >= (ssize_t)(sizeof(struct fuse_in_header) + offsetof(struct fuse_init_in, flags2) + 4) &&
                                (arg->flags2 & DIRECT_IO_ALLOW_MMAP_FLAGS2);
+            init_offers_passthrough = (arg->flags & FUSE_INIT_EXT) &&
+                                      n >= (ssize_t)(sizeof(struct fuse_in_header) + offsetof(struct fuse_init_in, flags2) + 4) &&
+                                      (arg->flags2 & PASSTHROUGH_FLAGS2);
         }
     }
     return n;
+}
+
+/* Creates packfs staged: the handle its reply carries, the staging file's descriptor,
+ * and once the reply went out, the backing id the kernel gave it (0: none yet; < 0:
+ * the kernel refused, -errno). Only ever touched on the event loop's thread. */
+#define STAGED_MAX 256
+static struct {
+    uint64_t fh;
+    int fd;
+    int backing_id;
+} staged[STAGED_MAX];
+static int staged_count;
+static int dev_fd = -1;
+
+int packfs_shim_stage(uint64_t fh, int fd)
+{
+    if (!passthrough || staged_count == STAGED_MAX)
+        return 0;
+    staged[staged_count].fh = fh;
+    staged[staged_count].fd = fd;
+    staged[staged_count].backing_id = 0;
+    staged_count++;
+    return 1;
+}
+
+/* What became of a staged handle: its backing id once its reply went out with one, 0
+ * before that, -errno if the kernel refused the staging file (the open then went
+ * ahead without it, its writes come as requests). */
+int packfs_shim_staged_id(uint64_t fh)
+{
+    for (int i = 0; i < staged_count; i++)
+        if (staged[i].fh == fh)
+            return staged[i].backing_id;
+    return 0;
+}
+
+/* Forget a staged handle (its file was closed, or the create failed): gives back its
+ * backing id. The result is the id it had (0 if its reply never went out, -errno if
+ * the kernel refused it). */
+int packfs_shim_unstage(uint64_t fh)
+{
+    for (int i = 0; i < staged_count; i++) {
+        if (staged[i].fh != fh)
+            continue;
+        int id = staged[i].backing_id;
+        if (id > 0) {
+            uint32_t arg = (uint32_t)id;
+            ioctl(dev_fd, BACKING_CLOSE, &arg);
+        }
+        staged[i] = staged[--staged_count];
+        return id;
+    }
+    return 0;
+}
+
+/* The reply to a create of a staged handle: register its staging file with the kernel and
+ * have the open use it. The flags are the backing file's only: passthrough refuses others
+ * (the kernel caches nothing of such a file, and writes go straight to the backing file). */
+static void stage_reply(int fd, struct iovec *iov, int count)
+{
+    if (count < 2 || iov[1].iov_len != sizeof(struct fuse_entry_out) + sizeof(struct fuse_open_out) ||
+        ((struct fuse_out_header *)iov[0].iov_base)->error != 0)
+        return;
+    struct fuse_open_out *open_out = (struct fuse_open_out *)((char *)iov[1].iov_base + sizeof(struct fuse_entry_out));
+    for (int i = 0; i < staged_count; i++) {
+        if (staged[i].fh != open_out->fh || staged[i].backing_id != 0)
+            continue;
+        struct backing_map map = {.fd = staged[i].fd};
+        int id = ioctl(fd, BACKING_OPEN, &map);
+        if (id <= 0) {
+            staged[i].backing_id = id < 0 ? -errno : -EIO;
+            return;
+        }
+        dev_fd = fd;
+        staged[i].backing_id = id;
+        open_out->open_flags = FOPEN_PASSTHROUGH_FLAG;
+        memcpy((char *)open_out + OPEN_OUT_BACKING_ID, &id, sizeof id);
+        return;
+    }
 }
 
 static ssize_t writev_asking_more(int fd, struct iovec *iov, int count, void *userdata)
@@ -439,6 +546,16 @@ static ssize_t writev_asking_more(int fd, struct iovec *iov, int count, void *us
             reply->flags2 |= DIRECT_IO_ALLOW_MMAP_FLAGS2;
             direct_mmap = 1;
         }
+        if (want_passthrough && init_offers_passthrough && out->error == 0 &&
+            iov[1].iov_len >= INIT_OUT_MAX_STACK_DEPTH + 4 && !(reply->flags & FUSE_WRITEBACK_CACHE)) {
+            reply->flags |= FUSE_INIT_EXT;
+            reply->flags2 |= PASSTHROUGH_FLAGS2;
+            uint32_t depth = 1; /* backing files on a filesystem that stacks on nothing */
+            memcpy((char *)reply + INIT_OUT_MAX_STACK_DEPTH, &depth, sizeof depth);
+            passthrough = 1;
+        }
+    } else if (staged_count > 0) {
+        stage_reply(fd, iov, count);
     }
     return writev(fd, iov, count);
 }
@@ -451,13 +568,15 @@ int fuse_session_mount(struct fuse_session *se, const char *mountpoint)
     if (next == NULL)
         return -1;
     int r = next(se, mountpoint);
-    custom_io = r == 0 && (want_killpriv || want_tmpfile) &&
+    custom_io = r == 0 && (want_killpriv || want_tmpfile || want_passthrough) &&
                 fuse_session_custom_io(se, &init_io, fuse_session_fd(se)) == 0; /* the same fd: only the I/O changes */
     return r;
 }
 
-void packfs_shim_enable(int dircache, int filecache, int xattrcache, int kill_priv, int tmpfile, int fallocate)
+void packfs_shim_enable(int dircache, int filecache, int xattrcache, int kill_priv, int tmpfile, int fallocate,
+                        int pass_through)
 {
+    want_passthrough = pass_through;
     want_dircache = dircache;
     want_filecache = filecache;
     want_xattrcache = xattrcache;
@@ -570,6 +689,11 @@ int packfs_shim_serves_tmpfile(void)
 int packfs_shim_killpriv(void)
 {
     return killpriv;
+}
+
+int packfs_shim_passthrough(void)
+{
+    return passthrough;
 }
 
 int packfs_shim_direct_mmap(void)

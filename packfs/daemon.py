@@ -18,6 +18,7 @@ from .disk import Disk
 from .filesystem import Filesystem
 from .ops import Operations
 from .options import Options
+from .staging import Staging
 
 log = logging.getLogger("packfs")
 
@@ -121,7 +122,7 @@ class Daemon:
         self.drain = fuseloop.install(self.opts.drain, busy_polling=self.opts.busy_poll_us > 0)
         fs.journal.on_memory_freed = lambda: trio.to_thread.run_sync(_trim_heap)
         fuseshim.enable(self.opts.dircache, self.opts.filecache, self.opts.xattrcache,
-                        tmpfile=self.opts.tmpfile, fallocate=self.opts.fallocate)
+                        tmpfile=self.opts.tmpfile, fallocate=self.opts.fallocate, passthrough=self.opts.passthrough)
         try:
             pyfuse3.init(ops, self.mountpoint, fuse_options(self.packdir, self.opts))
         except Exception as e:
@@ -157,6 +158,8 @@ class Daemon:
         if fuseshim.answers_listing_ends():
             ops.note_listing_end = fuseshim.note_end
         ops.fallocate_token = fuseshim.fallocate_token()
+        if self.opts.passthrough:
+            ops.staging = Staging(fs, fs.disk, self.packdir, self.opts.disk_chunk_size, fuseshim)
         if self.drain:
             self.drain.await_request = ops.busypoll.await_request
             self.drain.on_idle = fs.journal.when_idle
@@ -185,6 +188,7 @@ class Daemon:
                         "ioctls_answered_in_shim": fuseshim.ioctls_answered(),
                         "fallocate": bool(ops.fallocate_token), "o_tmpfile": fuseshim.serves_tmpfile(),
                         "tmpfiles": fuseshim.tmpfiles(),
+                        "passthrough": self._passthrough_stats(ops),
                         "fuse_waits_skipped": self.drain.skipped if self.drain else 0,
                         "device": fs.volumes.timings.report()}
             if command == "sync":
@@ -195,15 +199,27 @@ class Daemon:
         async with trio.open_nursery() as nursery:
             await fs.start(nursery)
             await nursery.start(control.serve, fs.pack.pack_id, on_control)
+            if ops.staging is not None:
+                await nursery.start(ops.staging.run)
             nursery.start_soon(self._stop_on_signal)
             ready("")
             log.info("serving %s, %.2f s after the daemon started", self.mountpoint, time.monotonic() - self.started)
             await pyfuse3.main(min_tasks=4, max_tasks=self.opts.max_tasks)
             self.unmounted = not self.terminated
             log.info("unmounted; writing the final checkpoint")
+            if ops.staging is not None:
+                await ops.staging.close()
             await fs.close()
             self.closed = True
             nursery.cancel_scope.cancel()
+
+    @staticmethod
+    def _passthrough_stats(ops: Operations) -> dict:
+        s = ops.staging
+        if s is None:
+            return {"active": False}
+        return {"active": fuseshim.passthrough(), "staged": s.staged, "open": len(s),
+                "absorbed_bytes": s.absorbed_bytes, "refused": s.refused}
 
     @staticmethod
     def _save_image(p: pack.Pack) -> None:

@@ -33,6 +33,11 @@ class Disk:
         flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
         return os.open(path, flags, 0o600)
 
+    def open_unnamed(self, directory: str) -> int:
+        """A new file with no name in directory (O_TMPFILE): it goes when its last
+        descriptor is closed, and with a crash."""
+        return os.open(directory, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+
     def close(self, fd: int) -> None:
         os.close(fd)
 

@@ -334,6 +334,11 @@ class Filesystem:
         """The handle of a file create() made while the kernel sends no release (see CREATED)."""
         return INODE_HANDLE | CREATED | (ROOT_WRITER if privileged else 0) | ino
 
+    def handle_inode(self, fh: int) -> int | None:
+        """The inode number a handle reads and writes, or None for no such handle."""
+        node = self._handled(fh)
+        return None if node is None else node.ino
+
     def _handle(self, fh: int) -> Inode:
         node = self._handled(fh)
         if node is None:

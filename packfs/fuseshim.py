@@ -101,16 +101,19 @@ if _lib is not None:
     _lib.packfs_shim_xattrs_answered.restype = ctypes.c_ulonglong
     _lib.packfs_shim_tmpfiles.restype = ctypes.c_ulonglong
     _lib.packfs_shim_ioctls_answered.restype = ctypes.c_ulonglong
+    _lib.packfs_shim_stage.argtypes = [ctypes.c_uint64, ctypes.c_int]
+    _lib.packfs_shim_unstage.argtypes = [ctypes.c_uint64]
+    _lib.packfs_shim_staged_id.argtypes = [ctypes.c_uint64]
 
 FALLOCATE_TOKEN_SIZE = 16  # _fuseshim.c's TOKEN_SIZE
 
 
 def enable(dircache: bool, filecache: bool, xattrcache: bool, killpriv: bool = True, tmpfile: bool = True,
-           fallocate: bool = True) -> None:
+           fallocate: bool = True, passthrough: bool = False) -> None:
     """Ask for each part in the next FUSE session (call before pyfuse3.init)."""
     if _lib is not None:
         _lib.packfs_shim_enable(int(dircache), int(filecache), int(xattrcache), int(killpriv), int(tmpfile),
-                                int(fallocate))
+                                int(fallocate), int(passthrough))
 
 
 def loaded() -> bool:
@@ -140,6 +143,32 @@ def killpriv() -> bool:
     """Whether the kernel of the last FUSE session left set-ID bits and file capabilities
     to packfs (HANDLE_KILLPRIV_V2; known once the kernel's INIT was answered)."""
     return _lib is not None and bool(_lib.packfs_shim_killpriv())
+
+
+def passthrough() -> bool:
+    """Whether the kernel of the last FUSE session lets created files be staged
+    (FUSE_PASSTHROUGH; known once the kernel's INIT was answered)."""
+    return _lib is not None and bool(_lib.packfs_shim_passthrough())
+
+
+def stage(fh: int, fd: int) -> bool:
+    """The create about to answer with handle `fh` opens staging file `fd` as its backing
+    file: the kernel then writes and reads that open file there, with no request. False
+    if it cannot be (no passthrough, or too many creates staged at once)."""
+    return _lib is not None and bool(_lib.packfs_shim_stage(fh, fd))
+
+
+def staged_id(fh: int) -> int:
+    """The backing id the staged handle `fh` was opened with; 0 while its create reply has
+    not gone out, -errno if the kernel refused the staging file (the open went ahead
+    without it)."""
+    return _lib.packfs_shim_staged_id(fh) if _lib is not None else 0
+
+
+def unstage(fh: int) -> int:
+    """Forget the staged handle `fh` and give back its backing id: the id it had, 0 if
+    its create reply never went out, or -errno if the kernel refused the staging file."""
+    return _lib.packfs_shim_unstage(fh) if _lib is not None else 0
 
 
 def direct_mmap() -> bool:

@@ -40,6 +40,7 @@ from .errors import FsError
 from .filesystem import Filesystem, Setattr
 from .inodes import Inode
 from .listings import Listings
+from .staging import Staging
 from .stats import OpStats
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,9 @@ class Operations(pyfuse3.Operations):
         # Set by the daemon when the fuse shim hands fallocate over as a setxattr of
         # FALLOCATE_NAME (fuseshim.fallocate_token): the token its value begins with.
         self.fallocate_token = b""
+        # Set by the daemon with the passthrough option: files open(O_TMPFILE) makes are
+        # written by the kernel to staging files, taken in before anyone could see them.
+        self.staging: Staging | None = None
 
     def watch_queue(self, fuse_fd: int | None) -> None:
         """Where requests wait for the loop: alone() looks at it."""
@@ -168,6 +172,8 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        if self.staging:
+            await self.staging.absorb(inode)
         return self.attrs(self.fs.getattr(inode))
 
     @_op
@@ -181,7 +187,12 @@ class Operations(pyfuse3.Operations):
             atime=attr.st_atime_ns if fields.update_atime else None,
             mtime=attr.st_mtime_ns if fields.update_mtime else None,
             ctime=attr.st_ctime_ns if fields.update_ctime else None)
-        return self.attrs(await self.fs.setattr(inode, change, privileged=ctx.uid == 0))
+        if self.staging:
+            await self.staging.absorb(inode)
+        node = await self.fs.setattr(inode, change, privileged=ctx.uid == 0)
+        if self.staging and change.size is not None:
+            await self.staging.mirror_truncate(inode, change.size)
+        return self.attrs(node)
 
     @_op
     async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
@@ -208,6 +219,8 @@ class Operations(pyfuse3.Operations):
     @_op
     async def link(self, inode: int, new_parent_inode: int, new_name: bytes,
                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        if self.staging:
+            await self.staging.absorb(inode)  # the name's commit carries what it names
         return self.entry(self.fs.link(inode, new_parent_inode, new_name))
 
     @_op
@@ -289,6 +302,8 @@ class Operations(pyfuse3.Operations):
             fh = self.fs.created_handle(node.ino, privileged=ctx.uid == 0)
         else:
             fh = self.fs.open(node.ino, privileged=ctx.uid == 0)
+        if self.staging is not None and name == TMPFILE_NAME:
+            self.staging.begin(node.ino, fh, privileged=ctx.uid == 0)
         return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=self._direct_writes), self.entry(node)
 
     @_op
@@ -305,10 +320,18 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def release(self, fh: int) -> None:
+        if self.staging:
+            ino = self.fs.handle_inode(fh)
+            if ino is not None:
+                await self.staging.end(ino)  # (without filecache a staged open ends here)
         await self.fs.release(fh)
 
     @_op
     async def fsync(self, fh: int, datasync: bool) -> None:
+        if self.staging:
+            ino = self.fs.handle_inode(fh)
+            if ino is not None:
+                await self.staging.absorb(ino, verify=True)
         await self._commit(fh)
 
     # -- xattrs -----------------------------------------------------------------------
@@ -338,7 +361,12 @@ class Operations(pyfuse3.Operations):
     @_op
     async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext) -> None:
         if name == FALLOCATE_NAME and self.fallocate_token and value.startswith(self.fallocate_token):
-            self.fs.fallocate(inode, *_FALLOCATE_ARGS.unpack_from(value, len(self.fallocate_token)))
+            mode, offset, length = _FALLOCATE_ARGS.unpack_from(value, len(self.fallocate_token))
+            if self.staging:
+                await self.staging.absorb(inode)
+            self.fs.fallocate(inode, mode, offset, length)
+            if self.staging:
+                await self.staging.mirror_fallocate(inode, mode, offset, length, self.fs.getattr(inode).size)
             return
         self.fs.setxattr(inode, name, value)
 

@@ -50,6 +50,7 @@ class Options:
     xattrs_in_memory: bool = True      # off: checkpointed xattr values are read from the catalog
     tmpfile: bool = True               # open(O_TMPFILE) makes a file with no name (fuse shim)
     fallocate: bool = True             # fallocate(2): punch holes, check space (fuse shim)
+    passthrough: bool = False          # the kernel writes O_TMPFILE files to staging files (staging.py)
     debug: bool = False                # log every request
 
     _SIZES = ("disk_chunk_size", "max_dirty", "volume_size", "checkpoint_bytes", "cache_size")
@@ -82,6 +83,10 @@ class Options:
             raise OptionError("commit_interval must be 0 (off) or a number of seconds")
         if opts.drain < 0:
             raise OptionError("drain must be 0 (off) or a positive number of requests")
+        if opts.passthrough and opts.writeback_cache:
+            raise OptionError("passthrough and writeback_cache exclude each other (the kernel takes one or the other)")
+        if opts.passthrough and not opts.tmpfile:
+            raise OptionError("passthrough stages the files open(O_TMPFILE) makes: it needs tmpfile")
         if opts.max_dirty < 2 * opts.disk_chunk_size:
             raise OptionError("max_dirty must be at least twice disk_chunk_size")
         return opts

@@ -1,0 +1,266 @@
+"""The passthrough option: the kernel writes files open(O_TMPFILE) makes to a staging file,
+and packfs takes the bytes in before anyone could see the file otherwise (staging.py).
+
+Each test mounts with `-o passthrough` and is skipped where the kernel did not take
+FUSE_PASSTHROUGH (Linux 6.9 and later, as root). The tmpfile tests of test_tmpfile.py
+that use the shared mount run here again, on a passthrough mount (`shared_mount` below).
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import random
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from fsutil import fallocate, fsync_dir, link_fd, raises_errno, read_file
+from mounts import kill9, mount, mounted, stats, umount
+from test_tmpfile import (  # noqa: F401  (run again here, on a passthrough mount)
+    test_a_tmpfile_has_no_name_until_linked,
+    test_a_tmpfile_never_linked_goes_with_its_data,
+    test_an_exclusive_tmpfile_and_an_unlinked_file_cannot_be_named,
+    test_tmpfile_needs_a_directory,
+)
+
+from packfs.filesystem import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE
+from packfs.options import OptionError, Options
+
+CHUNK = 64 << 10  # what Swift writes at a time
+
+
+def _skip_unless_active(m: Path) -> None:
+    if not stats(m)["passthrough"]["active"]:
+        pytest.skip("the kernel did not take FUSE_PASSTHROUGH (Linux 6.9 and later, as root)")
+
+
+@pytest.fixture(scope="module")
+def shared_mount(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    base = tmp_path_factory.mktemp("passthrough")
+    with mounted(base / "pack", base / "mnt", "passthrough") as m:
+        _skip_unless_active(m)
+        yield base / "pack", m
+
+
+@pytest.fixture
+def pt(shared_mount: tuple[Path, Path]) -> Path:
+    return shared_mount[1]
+
+
+def _wait_for(check: Callable[[], bool], what: str, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def _ended(m: Path) -> Callable[[], bool]:
+    """Every staged file's close has been handled (inotify's notice comes after close())."""
+    return lambda: stats(m)["passthrough"]["open"] == 0
+
+
+def _writes(m: Path) -> int:
+    return stats(m)["operations"].get("write", {}).get("count", 0)
+
+
+def test_a_swift_put_sends_no_write_requests(work, pt):
+    data = os.urandom(1 << 20)
+    before, staged = _writes(pt), stats(pt)["passthrough"]["staged"]
+    fd = os.open(work, os.O_TMPFILE | os.O_WRONLY, 0o644)
+    try:
+        fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, len(data))  # Swift's reservation
+        for i in range(0, len(data), CHUNK):
+            os.write(fd, data[i:i + CHUNK])
+        os.fsync(fd)
+        link_fd(fd, work / "obj.data")
+    finally:
+        os.close(fd)
+    fsync_dir(work)
+    assert read_file(work / "obj.data") == data
+    assert _writes(pt) == before
+    s = stats(pt)["passthrough"]
+    assert s["staged"] == staged + 1
+    _wait_for(_ended(pt), "the staging file was not given back after the close")
+
+
+def test_what_is_written_after_the_link_is_taken_at_the_close(work, pt):
+    fd = os.open(work, os.O_TMPFILE | os.O_RDWR, 0o644)
+    try:
+        os.write(fd, b"a" * 300_000)
+        os.fsync(fd)
+        link_fd(fd, work / "f")
+        os.pwrite(fd, b"b" * 1000, 10)  # over bytes already taken
+        os.write(fd, b"c" * 5000)  # and past them
+        assert os.pread(fd, 1010, 0) == b"a" * 10 + b"b" * 1000  # the staged handle reads its own writes
+    finally:
+        os.close(fd)
+    _wait_for(_ended(pt), "the close was not handled")
+    assert read_file(work / "f") == b"a" * 10 + b"b" * 1000 + b"a" * (300_000 - 1010) + b"c" * 5000
+
+
+def test_no_other_open_while_the_staged_one_lasts(work, pt):
+    """The kernel's rule for a file open for passthrough: every other open of it fails (EIO)
+    until that one is closed (documented with the option)."""
+    fd = os.open(work, os.O_TMPFILE | os.O_RDWR, 0o644)
+    try:
+        os.write(fd, b"a" * 5000)
+        link_fd(fd, work / "f")
+        assert os.stat(work / "f").st_size == 5000  # a getattr takes the writes in
+        with raises_errno(errno.EIO):
+            os.open(work / "f", os.O_RDONLY)
+        with raises_errno(errno.EIO):
+            os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+        os.pwrite(fd, b"b" * 100, 0)
+    finally:
+        os.close(fd)
+    _wait_for(_ended(pt), "the close was not handled")
+    assert read_file(work / "f") == b"b" * 100 + b"a" * 4900
+
+
+def test_truncate_and_punch_through_the_staged_handle(work, pt):
+    fd = os.open(work, os.O_TMPFILE | os.O_RDWR, 0o644)
+    try:
+        os.write(fd, os.urandom(3 * CHUNK))
+        os.ftruncate(fd, 1000)
+        assert os.fstat(fd).st_size == 1000
+        assert len(os.pread(fd, 5000, 0)) == 1000
+        os.ftruncate(fd, 4 * CHUNK)
+        fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096)
+        assert os.pread(fd, 4096, 0) == bytes(4096)
+        expected = os.pread(fd, 4 * CHUNK, 0)
+        assert expected[1000:] == bytes(4 * CHUNK - 1000)
+        link_fd(fd, work / "f")
+    finally:
+        os.close(fd)
+    _wait_for(_ended(pt), "the close was not handled")
+    assert read_file(work / "f") == expected
+
+
+def test_random_writes_through_a_staged_handle_match_a_model(work, pt):
+    rng = random.Random(5)
+    model = bytearray()
+    fd = os.open(work, os.O_TMPFILE | os.O_RDWR, 0o644)
+    try:
+        for step in range(300):
+            op = rng.random()
+            if op < 0.7:
+                offset = rng.randrange(0, len(model) + 3 * CHUNK)
+                data = rng.randbytes(rng.choice([1, 100, 4096, CHUNK, 3 * CHUNK + 17]))
+                os.pwrite(fd, data, offset)
+                if offset > len(model):
+                    model.extend(bytes(offset - len(model)))
+                model[offset:offset + len(data)] = data
+            elif op < 0.8:
+                size = rng.randrange(0, len(model) + 1)
+                os.ftruncate(fd, size)
+                del model[size:]
+            elif op < 0.9:
+                os.fsync(fd)
+            else:
+                assert os.fstat(fd).st_size == len(model)
+            if step == 150:
+                link_fd(fd, work / "f")
+        assert os.pread(fd, len(model) + 1, 0) == model
+        os.fsync(fd)
+        fsync_dir(work)
+    finally:
+        os.close(fd)
+    _wait_for(_ended(pt), "the close was not handled")
+    assert read_file(work / "f") == model
+
+
+def test_an_fsynced_staged_file_survives_a_crash(tmp_path):
+    pack, mnt = tmp_path / "pack", tmp_path / "mnt"
+    first, second = os.urandom(5 * (1 << 20) + 123), os.urandom(CHUNK)
+    with mounted(pack, mnt, "passthrough") as m:
+        _skip_unless_active(m)
+        os.mkdir(m / "d")
+        fd = os.open(m / "d", os.O_TMPFILE | os.O_WRONLY, 0o644)
+        for i in range(0, len(first), CHUNK):
+            os.write(fd, first[i:i + CHUNK])
+        os.fsync(fd)
+        os.pwrite(fd, second, 0)  # over the front, then fsynced again: taken by comparing chunks
+        os.fsync(fd)
+        link_fd(fd, m / "d" / "obj")
+        fsync_dir(m / "d")
+        os.write(fd, b"not synced")
+        kill9(pack, m)
+        with contextlib.suppress(OSError):  # its connection is gone
+            os.close(fd)
+    mount(pack, mnt)
+    try:
+        got = read_file(mnt / "d" / "obj")
+        synced = second + first[len(second):]
+        assert got[:len(synced)] == synced
+        assert got[len(synced):] in (b"", b"not synced")
+    finally:
+        umount(pack, mnt)
+
+
+def test_the_unmount_takes_what_an_open_staged_file_holds(tmp_path):
+    pack, mnt = tmp_path / "pack", tmp_path / "mnt"
+    data = os.urandom(2 * CHUNK)
+    with mounted(pack, mnt, "passthrough") as m:
+        _skip_unless_active(m)
+        fd = os.open(m, os.O_TMPFILE | os.O_WRONLY, 0o644)
+        os.write(fd, data)
+        link_fd(fd, m / "f")
+        os.write(fd, b"tail")
+        os.close(fd)
+        umount(pack, m)
+    mount(pack, mnt)
+    try:
+        assert read_file(mnt / "f") == data + b"tail"
+        assert stats(mnt)["passthrough"] == {"active": False}  # mounted without the option
+    finally:
+        umount(pack, mnt)
+
+
+def test_staging_files_do_not_outlive_their_files(work, shared_mount):
+    pack, m = shared_mount
+    pid = int((pack / "daemon.pid").read_text())
+    for _ in range(50):
+        fd = os.open(work, os.O_TMPFILE | os.O_WRONLY, 0o644)
+        os.write(fd, b"x" * 10_000)
+        os.close(fd)
+    _wait_for(_ended(m), "staging files were kept after their files were closed")
+    staging = [n for n in os.listdir(f"/proc/{pid}/fd")
+               if os.readlink(f"/proc/{pid}/fd/{n}").startswith(str(pack) + "/#")]
+    assert staging == []
+    assert os.listdir(work) == []
+
+
+def test_the_option_needs_tmpfile_and_excludes_the_writeback_cache():
+    assert Options.parse("passthrough").passthrough
+    with pytest.raises(OptionError, match="tmpfile"):
+        Options.parse("passthrough,notmpfile")
+    with pytest.raises(OptionError, match="writeback_cache"):
+        Options.parse("passthrough,writeback_cache")
+
+
+def test_without_the_option_nothing_is_staged(mnt):
+    fd = os.open(mnt, os.O_TMPFILE | os.O_WRONLY, 0o644)
+    try:
+        os.write(fd, b"x" * CHUNK)
+    finally:
+        os.close(fd)
+    s = stats(mnt)
+    assert s["passthrough"] == {"active": False}
+    assert s["operations"]["write"]["count"] == 1
+
+
+def test_a_tmpfile_in_a_directory_removed_meanwhile_still_stages(work, pt):
+    os.mkdir(work / "d")
+    fd = os.open(work / "d", os.O_TMPFILE | os.O_WRONLY, 0o644)
+    try:
+        os.rmdir(work / "d")
+        os.write(fd, b"x" * CHUNK)
+        os.fsync(fd)
+        with raises_errno(errno.ENOENT):
+            link_fd(fd, work / "d" / "f")
+    finally:
+        os.close(fd)
+    _wait_for(_ended(pt), "the close was not handled")
