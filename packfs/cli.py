@@ -187,6 +187,14 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _passthrough_line(p: dict) -> str:
+    if not p.get("active"):
+        return "passthrough    off: every write() of a file is a request"
+    return (f"passthrough    {p['staged']:>12,}   O_TMPFILE files written by the kernel to a staging file; "
+            f"{p['open']:,} open now, {p['absorbed_bytes'] / 2**20:,.1f} MiB taken into the log, "
+            f"{p['refused']:,} not staged")
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     packdir = _pack_of(args.mountpoint)
     stats = control.request(pack.read_marker(packdir)["pack_id"], "stats")
@@ -257,6 +265,7 @@ def format_stats(s: dict) -> str:
          if s.get("o_tmpfile") else "O_TMPFILE      refused (EOPNOTSUPP): Swift names a temporary file and renames it"),
         "fallocate      " + ("served: holes, zeroed ranges, growth; a reservation checks the disk's room"
                             if s.get("fallocate") else "refused (EOPNOTSUPP)"),
+        _passthrough_line(s.get("passthrough", {})),
     ]
     if s.get("broken"):
         lines.append(f"BROKEN         writes refused after an I/O error: {s['broken']}")

@@ -22,13 +22,16 @@ The kernel sends no write requests for the file and, with zero-message open, no 
 packfs learns of writes and of the close from inotify on the staging file (IN_MODIFY;
 IN_CLOSE_WRITE once the kernel's backing file is closed, packfs keeping its own
 descriptor until then). An absorb cannot know which bytes changed, so it reads the
-staging file through and writes only the chunks whose checksums differ from what it
-took last time: a file written once, front to back, is read and written once more. An
-fsync and the close read it through whatever (a shared mapping's stores change neither
-its size nor, after the first, its mtime); the other points only when the file's size
-or mtime moved or the kernel said it was written. While a large file is written, whole
-chunks past what was taken are absorbed in the background, so the log's writes overlap
-the upload instead of following it.
+staging file through and writes only the chunks whose digests differ from what it took
+last time: a file written once, front to back, is read and written once more. An fsync
+and the close read it through whatever (a shared mapping's stores change neither its
+size nor, after the first, its mtime); the other points only when the file's size or
+mtime moved or the kernel said it was written, and otherwise return without a turn of
+the event loop. While a large file is written, whole chunks past what was taken are
+absorbed in the background, so the log's writes overlap the upload instead of
+following it. Staging files the kernel has closed are truncated and kept for the next
+creates (POOL_MAX), with their watches: a file with no name costs the backing filesystem
+a journaled allocation and a release each.
 
 What an absorb has not taken yet is what the write-behind has not flushed: a crash may
 lose it, an fsync never does. A staging file costs its bytes on the backing filesystem
@@ -36,11 +39,12 @@ lose it, an fsync never does. A staging file costs its bytes on the backing file
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Protocol
+from typing import AsyncIterator, Awaitable, Callable, Protocol
 
 import trio
 from zlib_ng.zlib_ng import adler32, crc32
@@ -52,6 +56,7 @@ from .inotify import IN_CLOSE_NOWRITE, IN_CLOSE_WRITE, IN_MODIFY, IN_Q_OVERFLOW,
 log = logging.getLogger(__name__)
 
 CHUNKS_AHEAD = 4  # whole chunks past what was taken before a background absorb starts
+POOL_MAX = 32  # empty staging files kept for the next creates, with their watches
 _WATCHED = IN_MODIFY | IN_CLOSE_WRITE | IN_CLOSE_NOWRITE
 
 
@@ -80,6 +85,19 @@ def _digest(data: bytes) -> Digest:
     return len(data), crc32(data), adler32(data)
 
 
+@contextlib.asynccontextmanager
+async def _held(lock: trio.Lock) -> AsyncIterator[None]:
+    """The lock, taken without a turn of the event loop when it is free."""
+    try:
+        lock.acquire_nowait()
+    except trio.WouldBlock:
+        await lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 @dataclass(eq=False)
 class Staged:
     """One file whose open is backed by a staging file."""
@@ -92,7 +110,8 @@ class Staged:
     digests: list[Digest] = field(default_factory=list)  # per chunk, as last taken
     seen: tuple[int, int] = (0, 0)  # the staging file's size and mtime at the last absorb
     written: bool = False  # the kernel said so (IN_MODIFY) since the last absorb
-    ended: bool = False  # its staging file is given back (its descriptor closed)
+    ended: bool = False  # its staging file is given back
+    closed: bool = False  # the kernel closed its backing file (IN_CLOSE_*): none of it is left there
     lock: trio.Lock = field(default_factory=trio.Lock)
 
     def whole_chunks_taken(self, chunk: int) -> int:
@@ -116,6 +135,7 @@ class Staging:
         self._notify = Inotify()
         self._by_ino: dict[int, Staged] = {}
         self._by_wd: dict[int, Staged] = {}
+        self._pool: list[tuple[int, int]] = []  # (descriptor, watch) of empty staging files
         self._nursery: trio.Nursery | None = None
         self.staged = 0  # files staged since the mount
         self.absorbed_bytes = 0  # bytes written into the store by absorbs
@@ -132,31 +152,18 @@ class Staging:
         (privileged: its creator may keep set-ID bits)."""
         if not self.kernel.passthrough():
             return  # the kernel did not take FUSE_PASSTHROUGH
-        try:
-            fd = self.disk.open_unnamed(self.directory)
-        except OSError as e:
-            self._refuse(f"no staging file in {self.directory}: {e}")
+        staging = self._pool.pop() if self._pool else self._new_staging_file()
+        if staging is None:
             return
-        try:
-            wd = self._notify.watch_fd(fd, _WATCHED)
-        except OSError as e:
-            self.disk.close(fd)
-            self._refuse(f"no inotify watch on a staging file: {e}")
-            return
+        fd, wd = staging
         if not self.kernel.stage(fh, fd):
-            self._notify.unwatch(wd)
-            self.disk.close(fd)
             self.refused += 1
+            self._recycle(fd, wd)
             return
         s = Staged(ino, fh, self.store.open(ino, privileged=privileged), fd, wd)
         self._by_ino[ino] = s
         self._by_wd[wd] = s
         self.staged += 1
-
-    def _refuse(self, why: str) -> None:
-        if not self.refused:
-            log.warning("passthrough: %s; files are written through requests", why)
-        self.refused += 1
 
     async def absorb(self, ino: int, verify: bool = False) -> None:
         """Take what the kernel wrote to the file's staging file into the store (a no-op
@@ -168,38 +175,36 @@ class Staging:
         if self.kernel.staged_id(s.fh) < 0:  # the kernel opened it without: writes come as requests
             self.refused += 1
             await self._give_back(s, absorb=False)
-        else:
-            await self._absorb(s, verify)
+        elif verify or self._changed(s):
+            async with _held(s.lock):
+                if not s.ended:
+                    await self._absorb_locked(s, verify)
 
     async def mirror_truncate(self, ino: int, size: int) -> None:
         """The store's file was truncated (after `absorb`): the staging file must read the same."""
         s = self._by_ino.get(ino)
         if s is not None:
-            async with s.lock:
+            async with _held(s.lock):
                 if not s.ended:
-                    await trio.to_thread.run_sync(self.disk.truncate, s.fd, size)
+                    self.disk.truncate(s.fd, size)
                     self._forget_digests(s, size)
 
     async def mirror_fallocate(self, ino: int, mode: int, offset: int, length: int, size: int) -> None:
         """A fallocate the store served (its file now `size` long): a range punched or
         zeroed reads as zeros in the staging file too, and a file grown is as long there.
-        A reservation alone changes nothing anyone reads."""
+        A reservation alone (Swift's, before each object) changes nothing anyone reads."""
         s = self._by_ino.get(ino)
-        if s is None:
+        punched = bool(mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE))
+        if s is None or not punched and self.disk.size(s.fd) >= size:
             return
-        async with s.lock:
+        async with _held(s.lock):
             if s.ended:
                 return
-            if mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE):
-                await trio.to_thread.run_sync(self.disk.punch_hole, s.fd, offset, length)
+            if punched:
+                self.disk.punch_hole(s.fd, offset, length)
                 self._forget_digests(s, offset)
             if self.disk.size(s.fd) < size:
-                await trio.to_thread.run_sync(self.disk.truncate, s.fd, size)
-
-    def _forget_digests(self, s: Staged, offset: int) -> None:
-        """The staging file changed from offset on: its chunks there are taken again."""
-        del s.digests[offset // self.chunk:]
-        s.written = True
+                self.disk.truncate(s.fd, size)
 
     async def end(self, ino: int) -> None:
         """The staged open was closed: take its last bytes, give back its staging file. If
@@ -217,6 +222,9 @@ class Staging:
                 await self._give_back(s, absorb=True)
             except Exception:
                 log.exception("passthrough: what the kernel wrote for inode %d could not be taken", s.ino)
+        while self._pool:
+            fd, _wd = self._pool.pop()
+            self.disk.close(fd)
 
     async def run(self, task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED) -> None:
         """Follow the staging files' writes and closes until cancelled."""
@@ -234,22 +242,65 @@ class Staging:
 
     # -- inside ---------------------------------------------------------------------
 
+    def _new_staging_file(self) -> tuple[int, int] | None:
+        try:
+            fd = self.disk.open_unnamed(self.directory)
+        except OSError as e:
+            self._refuse(f"no staging file in {self.directory}: {e}")
+            return None
+        try:
+            return fd, self._notify.watch_fd(fd, _WATCHED)
+        except OSError as e:
+            self.disk.close(fd)
+            self._refuse(f"no inotify watch on a staging file: {e}")
+            return None
+
+    def _refuse(self, why: str) -> None:
+        if not self.refused:
+            log.warning("passthrough: %s; files are written through requests", why)
+        self.refused += 1
+
+    def _recycle(self, fd: int, wd: int) -> None:
+        """Keep an unstaged staging file, emptied, for a later create, or close it."""
+        if len(self._pool) < POOL_MAX:
+            try:
+                self.disk.truncate(fd, 0)
+            except OSError:
+                pass
+            else:
+                self._pool.append((fd, wd))
+                return
+        self._notify.unwatch(wd)
+        self.disk.close(fd)
+
+    def _changed(self, s: Staged) -> bool:
+        """Whether the staging file may hold bytes the last absorb did not see."""
+        if s.written:
+            return True
+        st = os.fstat(s.fd)
+        return (st.st_size, st.st_mtime_ns) != s.seen
+
+    def _forget_digests(self, s: Staged, offset: int) -> None:
+        """The staging file changed from offset on: its chunks there are taken again."""
+        del s.digests[offset // self.chunk:]
+        s.written = True
+
     async def _give_back(self, s: Staged, absorb: bool) -> None:
-        async with s.lock:
+        async with _held(s.lock):
             if s.ended:
                 return
             if absorb:
                 await self._absorb_locked(s, verify=True)
-            self._drop(s)
+            s.ended = True
+            del self._by_ino[s.ino]
+            del self._by_wd[s.wd]
+            opened = self.kernel.unstage(s.fh) > 0
+            if s.closed or not opened:
+                self._recycle(s.fd, s.wd)
+            else:  # the kernel may still have it open (a release came first): never reuse it
+                self._notify.unwatch(s.wd)
+                self.disk.close(s.fd)
         await self.store.release(s.hold)
-
-    def _drop(self, s: Staged) -> None:
-        s.ended = True
-        del self._by_ino[s.ino]
-        del self._by_wd[s.wd]
-        self._notify.unwatch(s.wd)
-        self.kernel.unstage(s.fh)
-        self.disk.close(s.fd)
 
     def _take_events(self) -> None:
         for wd, mask in self._notify.read():
@@ -260,13 +311,14 @@ class Staging:
                 for s in self._by_ino.values():
                     s.written = True
                 continue
-            s = self._by_wd.get(wd)
+            s = self._by_wd.get(wd)  # (None: a pooled file, truncated by packfs)
             if s is None:
                 continue
             if mask & IN_MODIFY:
                 s.written = True
                 self._after_write(s)
             if mask & (IN_CLOSE_WRITE | IN_CLOSE_NOWRITE):
+                s.closed = True
                 self._background(self.end, s.ino)
 
     def _background(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
@@ -289,7 +341,7 @@ class Staging:
 
     async def _absorb_ahead(self, s: Staged) -> None:
         """Take the whole chunks past what was taken, while the file is still written."""
-        async with s.lock:
+        async with _held(s.lock):
             if s.ended:
                 return
             size = self.disk.size(s.fd)
@@ -298,18 +350,17 @@ class Staging:
             if end - start >= CHUNKS_AHEAD * self.chunk:
                 await self._take(s, start, end)
 
-    async def _absorb(self, s: Staged, verify: bool) -> None:
-        async with s.lock:
-            if not s.ended:
-                await self._absorb_locked(s, verify)
-
     async def _absorb_locked(self, s: Staged, verify: bool) -> None:
         st = os.fstat(s.fd)
         seen = (st.st_size, st.st_mtime_ns)
         if not verify and not s.written and seen == s.seen:
             return
         s.written = False
-        await self._take(s, 0, st.st_size)
+        try:
+            await self._take(s, 0, st.st_size)
+        except BaseException:
+            s.written = True  # (the next absorb reads it through again)
+            raise
         s.seen = seen
 
     async def _take(self, s: Staged, start: int, end: int) -> None:
@@ -328,5 +379,7 @@ class Staging:
                 continue
             await self.store.write(s.hold, offset, data)
             self.absorbed_bytes += n
-            del s.digests[i:]
-            s.digests.append(digest)
+            if i < len(s.digests):
+                s.digests[i] = digest
+            else:
+                s.digests.append(digest)

@@ -35,8 +35,10 @@ def make_cluster(tmp_path_factory, name: str, **kw) -> SwiftCluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, request) -> Iterator[SwiftCluster]:
-    """A full cluster for one test module."""
-    c = make_cluster(tmp_path_factory, request.module.__name__.rsplit(".", 1)[-1])
+    """A full cluster for one test module, its devices mounted with the module's
+    MOUNT_OPTIONS if it has any."""
+    c = make_cluster(tmp_path_factory, request.module.__name__.rsplit(".", 1)[-1],
+                     mount_options=getattr(request.module, "MOUNT_OPTIONS", ""))
     c.setup()
     try:
         yield c
