@@ -240,6 +240,13 @@ def fallocate(fd: int, mode: int, offset: int, length: int) -> None:
         raise OSError(e, os.strerror(e))
 
 
+def model_pwrite(model: bytearray, offset: int, data: bytes) -> None:
+    """What pwrite(2) does to a file, done to the bytearray that stands for it."""
+    if offset > len(model):
+        model.extend(bytes(offset - len(model)))
+    model[offset:offset + len(data)] = data
+
+
 def link_fd(fd: int, new: Path | str) -> None:
     """Name an open file (an O_TMPFILE one too) as Swift does: linkat of /proc/self/fd/N,
     following it (os.link would link the /proc symlink itself: EXDEV)."""

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from fsutil import fallocate, fsync_dir, link_fd, raises_errno, read_file
+from fsutil import fallocate, fsync_dir, link_fd, model_pwrite, raises_errno, read_file
 from mounts import kill9, mount, mounted, stats, umount
 from test_tmpfile import (  # noqa: F401  (run again here, on a passthrough mount)
     test_a_tmpfile_has_no_name_until_linked,
@@ -151,9 +151,7 @@ def test_random_writes_through_a_staged_handle_match_a_model(work, pt):
                 offset = rng.randrange(0, len(model) + 3 * CHUNK)
                 data = rng.randbytes(rng.choice([1, 100, 4096, CHUNK, 3 * CHUNK + 17]))
                 os.pwrite(fd, data, offset)
-                if offset > len(model):
-                    model.extend(bytes(offset - len(model)))
-                model[offset:offset + len(data)] = data
+                model_pwrite(model, offset, data)
             elif op < 0.8:
                 size = rng.randrange(0, len(model) + 1)
                 os.ftruncate(fd, size)

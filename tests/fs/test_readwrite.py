@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from fsutil import drop_cache, fsync_dir, read_file, write_file
+from fsutil import drop_cache, fsync_dir, model_pwrite, read_file, write_file
 from mounts import mounted, stats
 
 MiB = 1 << 20
@@ -207,9 +207,7 @@ def test_random_writes_match_a_model(work):
                 off = rnd.randrange(0, 2 * MiB)
                 data = rnd.randbytes(rnd.choice([1, 100, 4096, 65536, 300_000]))
                 os.pwrite(fd, data, off)
-                if off > len(model):
-                    model.extend(bytes(off - len(model)))
-                model[off:off + len(data)] = data
+                model_pwrite(model, off, data)
             elif op < 0.7:
                 size = rnd.randrange(0, 2 * MiB)
                 os.ftruncate(fd, size)
