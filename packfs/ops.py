@@ -323,7 +323,7 @@ class Operations(pyfuse3.Operations):
         if self.staging:
             ino = self.fs.handle_inode(fh)
             if ino is not None:
-                await self.staging.end(ino)  # (without filecache a staged open ends here)
+                await self.staging.absorb(ino)  # (its staging ends when the kernel closes it)
         await self.fs.release(fh)
 
     @_op

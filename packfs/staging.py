@@ -18,9 +18,10 @@ No other handle can see the file meanwhile: the kernel refuses (EIO) any other o
 a file while it is open for passthrough, as the open of its creator is. For Swift, that
 is a GET of an object in the ~1 ms between its PUT's linkat and the PUT's close.
 
-The kernel sends no write requests for the file and, with zero-message open, no RELEASE:
-packfs learns of writes and of the close from inotify on the staging file (IN_MODIFY;
-IN_CLOSE_WRITE once the kernel's backing file is closed, packfs keeping its own
+The kernel sends no write requests for the file, and its RELEASE (an absorb point too)
+may come while a shared mapping still writes to the backing file: packfs learns of
+writes and of the end from inotify on the staging file (IN_MODIFY; IN_CLOSE_WRITE once
+the kernel's backing file is closed, mappings and all, packfs keeping its own
 descriptor until then). An absorb cannot know which bytes changed, so it reads the
 staging file through and writes only the chunks whose digests differ from what it took
 last time: a file written once, front to back, is read and written once more. An fsync
@@ -111,7 +112,6 @@ class Staged:
     seen: tuple[int, int] = (0, 0)  # the staging file's size and mtime at the last absorb
     written: bool = False  # the kernel said so (IN_MODIFY) since the last absorb
     ended: bool = False  # its staging file is given back
-    closed: bool = False  # the kernel closed its backing file (IN_CLOSE_*): none of it is left there
     lock: trio.Lock = field(default_factory=trio.Lock)
 
     def whole_chunks_taken(self, chunk: int) -> int:
@@ -207,9 +207,10 @@ class Staging:
                 self.disk.truncate(s.fd, size)
 
     async def end(self, ino: int) -> None:
-        """The staged open was closed: take its last bytes, give back its staging file. If
-        the store refuses them (ENOSPC, EIO), the staging stays for the next try, at the
-        latest the mount's end."""
+        """The kernel closed its backing file (the FUSE file's RELEASE may come before,
+        while a shared mapping of it lasts): take its last bytes, give back its staging
+        file. If the store refuses them (ENOSPC, EIO), the staging stays for the next
+        try, at the latest the mount's end."""
         s = self._by_ino.get(ino)
         if s is not None:
             await self._give_back(s, absorb=self.kernel.staged_id(s.fh) >= 0)
@@ -294,12 +295,8 @@ class Staging:
             s.ended = True
             del self._by_ino[s.ino]
             del self._by_wd[s.wd]
-            opened = self.kernel.unstage(s.fh) > 0
-            if s.closed or not opened:
-                self._recycle(s.fd, s.wd)
-            else:  # the kernel may still have it open (a release came first): never reuse it
-                self._notify.unwatch(s.wd)
-                self.disk.close(s.fd)
+            self.kernel.unstage(s.fh)
+            self._recycle(s.fd, s.wd)
         await self.store.release(s.hold)
 
     def _take_events(self) -> None:
@@ -318,7 +315,6 @@ class Staging:
                 s.written = True
                 self._after_write(s)
             if mask & (IN_CLOSE_WRITE | IN_CLOSE_NOWRITE):
-                s.closed = True
                 self._background(self.end, s.ino)
 
     def _background(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
