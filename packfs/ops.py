@@ -308,6 +308,7 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def read(self, fh: int, off: int, size: int) -> bytes:
+        await self._absorb(fh)  # (another open, once the staged one is released: a mapping may write on)
         return await self.fs.read(fh, off, size)
 
     @_op
@@ -320,19 +321,20 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def release(self, fh: int) -> None:
-        if self.staging:
-            ino = self.fs.handle_inode(fh)
-            if ino is not None:
-                await self.staging.absorb(ino)  # (its staging ends when the kernel closes it)
+        await self._absorb(fh)  # (its staging ends when the kernel closes its backing file)
         await self.fs.release(fh)
 
     @_op
     async def fsync(self, fh: int, datasync: bool) -> None:
+        await self._absorb(fh, verify=True)
+        await self._commit(fh)
+
+    async def _absorb(self, fh: int, verify: bool = False) -> None:
+        """Take in what the kernel wrote to the staging file of the file a handle names."""
         if self.staging:
             ino = self.fs.handle_inode(fh)
             if ino is not None:
-                await self.staging.absorb(ino, verify=True)
-        await self._commit(fh)
+                await self.staging.absorb(ino, verify=verify)
 
     # -- xattrs -----------------------------------------------------------------------
 
