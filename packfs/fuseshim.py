@@ -64,6 +64,14 @@ unless the filesystem says it may, which libfuse 3.14 cannot either. The library
 it in the same INIT reply; the kernel then keeps the mapping coherent with the handle's
 direct writes.
 
+FUSE passthrough (option passthrough, Linux 6.9 and later, as root): the kernel then
+reads and writes an open file in a backing file of the filesystem's, with no request
+per write; libfuse 3.14 knows neither what its INIT reply must carry for that
+(FUSE_PASSTHROUGH, max_stack_depth) nor an open reply's backing id. The library's I/O
+asks for it when the kernel offers it, and patches the reply to a create packfs staged
+(`stage`): it registers the staging file with the kernel and names it in the reply
+(staging.py says what packfs does with those files).
+
 The library must be in the global symbol scope before pyfuse3 binds libfuse's symbols,
 which it does when it is imported (Python loads extensions with RTLD_NOW): importing
 this module loads it there, so the daemon imports it before pyfuse3. By itself the
