@@ -58,11 +58,13 @@ class Disk:
         except OSError:
             pass
 
-    def pread_cached(self, fd: int, length: int, offset: int) -> bytes | None:
+    def pread_cached(self, fd: int, length: int, offset: int) -> bytearray | None:
         """The bytes if the page cache holds all of them, else None; never waits for the disk.
 
         Lets the event loop serve warm reads itself (RWF_NOWAIT) instead of paying a
-        worker-thread round trip (~100 us here) for a copy of a few microseconds.
+        worker-thread round trip (~100 us here) for a copy of a few microseconds. The
+        buffer read into is handed over as it is (callers must not change it): a copy
+        into bytes cost a 100 KiB read ~25 us more.
         """
         if not self._nowait:
             return None
@@ -76,7 +78,7 @@ class Disk:
                 raise
             self._nowait = False  # the backing filesystem cannot say: always use a thread
             return None
-        return bytes(buf) if n == length else None
+        return buf if n == length else None
 
     def fdatasync(self, fd: int) -> None:
         os.fdatasync(fd)

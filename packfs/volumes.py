@@ -587,8 +587,8 @@ class Volumes:
 
     # -- reading ------------------------------------------------------------------
 
-    async def read(self, volume: int, offset: int, length: int, ino: int, keep: bool = True) -> bytes:
-        """The verified payload of a DATA record; EIO if it is corrupt.
+    async def read(self, volume: int, offset: int, length: int, ino: int, keep: bool = True) -> bytes | memoryview:
+        """The verified payload of a DATA record (not to be changed); EIO if it is corrupt.
 
         keep: hold it in the read cache for the next reads of its other parts. A record the
         reader takes whole (every Swift object below disk_chunk_size) is not kept: the
@@ -647,7 +647,7 @@ class Volumes:
             self.disk.prefetch(fd, records.HEADER_SIZE + e[5], e[3])
             self.prefetches += 1
 
-    def _read_verified(self, volume: int, offset: int, length: int, ino: int) -> bytes:
+    def _read_verified(self, volume: int, offset: int, length: int, ino: int) -> memoryview:
         try:
             buf = self.disk.pread(self.fd(volume), records.HEADER_SIZE + length, offset)
         except OSError as e:
@@ -659,11 +659,12 @@ class Volumes:
         log.error("read error in %s at %d: %s", volume_name(volume), offset, e)
         return FsError(errno.EIO)
 
-    def _verified(self, buf: bytes, volume: int, offset: int, length: int, ino: int) -> bytes:
-        """The payload of a record read whole; EIO and a log line if it is not intact."""
+    def _verified(self, buf: bytes | bytearray, volume: int, offset: int, length: int, ino: int) -> memoryview:
+        """The payload of a record read whole, a view into buf (no copy); EIO and a log
+        line if it is not intact."""
         try:
             header = records.decode_header(buf, self.pack_id)
-            payload = buf[records.HEADER_SIZE:]
+            payload = memoryview(buf)[records.HEADER_SIZE:]
             if header.rtype != records.DATA or header.ino != ino:
                 raise records.RecordError("record belongs to another file")
             records.check_payload(header, payload)

@@ -240,15 +240,19 @@ class WriteBehind:
                 return b""
             extents = node.extent_list()
             plan = list(ext.pieces(extents, offset, end))
-            out = bytearray(end - offset)
+            parts = []
             for pos, length, e in plan:
-                if e is None:
-                    continue
-                start = e[4] + (pos - e[0])
-                payload = await self.volumes.read(e[2], e[3], e[5], node.ino, keep=length < e[5])
-                out[pos - offset:pos - offset + length] = payload[start:start + length]
+                if e is not None:
+                    start = e[4] + (pos - e[0])
+                    payload = await self.volumes.read(e[2], e[3], e[5], node.ino, keep=length < e[5])
+                    parts.append((pos, memoryview(payload)[start:start + length]))
             if plan == list(ext.pieces(node.extent_list(), offset, min(offset + size, node.size))):
                 break  # no flush or truncate raced with the reads above
+        if node.wbuf is None and len(parts) == 1 and len(parts[0][1]) == end - offset:
+            return bytes(parts[0][1])  # one record's piece (a small object read whole): one copy
+        out = bytearray(end - offset)
+        for pos, piece in parts:
+            out[pos - offset:pos - offset + len(piece)] = piece
         if node.wbuf is not None:
             node.wbuf.copy_into(out, offset)
         return bytes(out)
