@@ -484,23 +484,20 @@ int packfs_shim_staged_id(uint64_t fh)
     return 0;
 }
 
-/* Forget a staged handle (its file was closed, or the create failed): gives back its
- * backing id. The result is the id it had (0 if its reply never went out, -errno if
- * the kernel refused it). */
-int packfs_shim_unstage(uint64_t fh)
+/* Forget a staged handle (its file was closed, or the kernel refused it): gives back
+ * its backing id, if it had one. */
+void packfs_shim_unstage(uint64_t fh)
 {
     for (int i = 0; i < staged_count; i++) {
         if (staged[i].fh != fh)
             continue;
-        int id = staged[i].backing_id;
-        if (id > 0) {
-            uint32_t arg = (uint32_t)id;
+        if (staged[i].backing_id > 0) {
+            uint32_t arg = (uint32_t)staged[i].backing_id;
             ioctl(dev_fd, BACKING_CLOSE, &arg);
         }
         staged[i] = staged[--staged_count];
-        return id;
+        return;
     }
-    return 0;
 }
 
 /* The reply to a create of a staged handle: register its staging file with the kernel and

@@ -111,6 +111,7 @@ if _lib is not None:
     _lib.packfs_shim_ioctls_answered.restype = ctypes.c_ulonglong
     _lib.packfs_shim_stage.argtypes = [ctypes.c_uint64, ctypes.c_int]
     _lib.packfs_shim_unstage.argtypes = [ctypes.c_uint64]
+    _lib.packfs_shim_unstage.restype = None
     _lib.packfs_shim_staged_id.argtypes = [ctypes.c_uint64]
 
 FALLOCATE_TOKEN_SIZE = 16  # _fuseshim.c's TOKEN_SIZE
@@ -173,10 +174,10 @@ def staged_id(fh: int) -> int:
     return _lib.packfs_shim_staged_id(fh) if _lib is not None else 0
 
 
-def unstage(fh: int) -> int:
-    """Forget the staged handle `fh` and give back its backing id: the id it had, 0 if
-    its create reply never went out, or -errno if the kernel refused the staging file."""
-    return _lib.packfs_shim_unstage(fh) if _lib is not None else 0
+def unstage(fh: int) -> None:
+    """Forget the staged handle `fh` and give back its backing id, if the kernel gave one."""
+    if _lib is not None:
+        _lib.packfs_shim_unstage(fh)
 
 
 def direct_mmap() -> bool:

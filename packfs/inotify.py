@@ -8,9 +8,7 @@ import struct
 IN_MODIFY = 0x2
 IN_CLOSE_WRITE = 0x8
 IN_CLOSE_NOWRITE = 0x10
-IN_OPEN = 0x20
 IN_Q_OVERFLOW = 0x4000
-IN_IGNORED = 0x8000
 _IN_NONBLOCK = os.O_NONBLOCK
 _IN_CLOEXEC = os.O_CLOEXEC
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of name

@@ -32,9 +32,8 @@ class Kernel:
     def staged_id(self, fh: int) -> int:
         return self.backing_id
 
-    def unstage(self, fh: int) -> int:
+    def unstage(self, fh: int) -> None:
         del self.staged[fh]
-        return self.backing_id
 
     def open_backing(self, fh: int) -> int:
         """The kernel's own open of the staging file (the passthrough open)."""
