@@ -7,6 +7,7 @@ import shutil
 import time
 from pathlib import Path
 
+from .part import Part
 from .results import Results
 from .testbed import Target
 from .util import REPO, drop_caches, log, run, size_label
@@ -50,7 +51,7 @@ def _rmtree(p: Path) -> None:
     shutil.rmtree(p, ignore_errors=True)
 
 
-class FioBench:
+class FioBench(Part):
     def __init__(self, targets: list[Target], res: Results, quick: bool, reps: int, tmp: Path):
         self.targets = targets
         self.res = res
@@ -65,19 +66,6 @@ class FioBench:
         self.rr_runtime = 2 if q else 10
         self.rr_cold_ios = 300 if q else 2500   # per job, 4 jobs: ~12% of the blocks
         self.sweep_bytes = (12 << 20) if q else (128 << 20)
-
-    # Interleave filesystems; rotate the order each repetition.
-    def _order(self, rep: int) -> list[Target]:
-        k = rep % len(self.targets)
-        return self.targets[k:] + self.targets[:k]
-
-    def _guard(self, what: str, t: Target, fn) -> None:
-        try:
-            fn()
-        except Exception as e:  # noqa: BLE001
-            msg = f"{t.name}: fio {what} failed: {str(e).strip()[:400]}"
-            log("ERROR " + msg)
-            self.res.note(msg)
 
     def run(self) -> None:
         steps = [s for s in os.environ.get("BENCH_FIO_STEPS", "small,stream,randread,sweep").split(",") if s]

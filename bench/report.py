@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from . import haltpoll
+from . import haltpoll, steal
 from .util import write_json
 
 FS = ("packfs", "xfs", "ext4")
@@ -47,7 +47,7 @@ TARGETS = [
 
 def merge(parts: list[dict]) -> dict:
     out = {"meta": {}, "medians": {}, "samples": {}, "details": {}, "tables": {}, "notes": [],
-           "config": {}, "parts": [p["part"] for p in parts], "started": None, "host": None}
+           "config": {}, "steal": {}, "parts": [p["part"] for p in parts], "started": None, "host": None}
     for p in parts:
         out["meta"].update(p["meta"])
         out["medians"].update(p["medians"])
@@ -56,6 +56,8 @@ def merge(parts: list[dict]) -> dict:
         out["tables"].update(p.get("tables", {}))
         out["notes"] += p.get("notes", [])
         out["config"][p["part"]] = p.get("config", {})
+        if p.get("steal"):
+            out["steal"][p["part"]] = p["steal"]
         out["started"] = out["started"] or p.get("started")
         out["host"] = out["host"] or p.get("host")
     # rows in part order (fio, swift, scale as run), then in the order they were defined
@@ -63,6 +65,9 @@ def merge(parts: list[dict]) -> dict:
         pi = out["parts"].index(m["part"]) if m.get("part") in out["parts"] else len(out["parts"])
         m["order"] = pi * 100000 + m.get("order", 0) % 100000
     _derive(out)
+    steal_table = steal.table(out["steal"])
+    if steal_table:
+        out["tables"]["steal"] = steal_table
     return out
 
 
@@ -202,6 +207,8 @@ def markdown(d: dict, title: str = "packfs benchmark") -> str:
                    "(filesystems interleaved, order rotated each repetition), medians shown.")
         if "guest_halt_poll_ns" in common:
             out.append(haltpoll.describe(common["guest_halt_poll_ns"], common.get("halt_poll_asked", False)))
+    if d.get("steal"):
+        out.append(steal.summary(d["steal"]))
     out += ["", "Ratios are relative performance (rates: packfs/XFS; times and latencies: XFS/packfs), "
             "so above 1 means packfs is better. Targets are from issue 5; PASS/MISS compare packfs with XFS "
             "(or an absolute bound).", ""]

@@ -7,6 +7,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from . import steal
 from .util import median, write_json
 
 
@@ -19,6 +20,7 @@ class Results:
         self.details: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
         self.tables: dict[str, dict] = {}     # extra tables (e.g. FUSE requests per op)
         self.notes: list[str] = []
+        self.steal = steal.Meter()  # host CPU steal around each case (part.Part)
         self._order = 0
         self.started = time.strftime("%Y-%m-%d %H:%M:%S")
 
@@ -58,6 +60,7 @@ class Results:
             "details": {k: dict(v) for k, v in self.details.items()},
             "tables": self.tables,
             "notes": self.notes,
+            "steal": self.steal.to_dict(),
         }
 
     def save(self, outdir: Path) -> Path:

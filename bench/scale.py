@@ -27,6 +27,7 @@ from pathlib import Path
 
 from . import cgroup
 from . import swiftobj as so
+from .part import Part
 from .results import Results
 from .util import REPO, drop_caches, log, rss_bytes
 
@@ -67,7 +68,7 @@ def _build_worker(root: str, start: int, step: int, n: int, size: int, ts: str, 
         done.value += count % 500
 
 
-class ScaleBench:
+class ScaleBench(Part):
     def __init__(self, tb, res: Results, quick: bool, reps: int, work: Path, n: int):
         self.targets = list(tb)
         self.res = res
@@ -83,19 +84,6 @@ class ScaleBench:
         self.servers: dict[str, so.ObjectServer] = {}
         self.ts = f"{time.time() - 3600:016.5f}"
         self.rng = random.Random(5)
-
-    def _order(self, rep: int):
-        k = rep % len(self.targets)
-        return self.targets[k:] + self.targets[:k]
-
-    def _guard(self, what, t, fn):
-        try:
-            return fn()
-        except Exception as e:  # noqa: BLE001
-            msg = f"{t.name}: scale {what} failed: {str(e).strip()[:400]}"
-            log("ERROR " + msg)
-            self.res.note(msg)
-            return None
 
     def _add(self, key, t, value, **define):
         self.res.add(key, t.name, value, group=define.pop("group", "scale"), **define)

@@ -22,6 +22,7 @@ from pathlib import Path
 from . import swiftobj as so
 from . import timesplit
 from .fusestats import request_table
+from .part import Part
 from .results import Results
 from .util import REPO, log, run, size_label
 
@@ -31,7 +32,7 @@ OPS = ("PUT", "GET", "HEAD", "DELETE")
 SWEEP_K = (50, 100, 200, 300, 1000)
 
 
-class SwiftBench:
+class SwiftBench(Part):
     def __init__(self, tb, res: Results, quick: bool, reps: int, work: Path):
         self.targets = list(tb)
         self.res = res
@@ -45,10 +46,6 @@ class SwiftBench:
         self.servers: dict[str, so.ObjectServer] = {}
         self.run_id = 0
         self.splits: dict[tuple[str, str], list[dict]] = {}  # (operation, filesystem) -> timesplit.per_op
-
-    def _order(self, rep: int):
-        k = rep % len(self.targets)
-        return self.targets[k:] + self.targets[:k]
 
     def start(self) -> None:
         for t in self.targets:
@@ -67,13 +64,6 @@ class SwiftBench:
         for srv in self.servers.values():
             srv.stop()
 
-    def _guard(self, what, t, fn):
-        try:
-            return fn()
-        except Exception as e:  # noqa: BLE001
-            msg = f"{t.name}: swift {what} failed: {str(e).strip()[:400]}"
-            log("ERROR " + msg)
-            self.res.note(msg)
             return None
 
     # ------------------------------------------------------------------ parts
