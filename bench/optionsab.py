@@ -3,8 +3,10 @@
 Each round mounts a fresh pack once per configuration, in an order that rotates from
 round to round, starts an object server on it, and measures objects of --size bytes
 (4 KiB by default): PUT at concurrency 1 (p50), PUT at concurrency 16 (ops/s), GET of
-those at concurrency 16 (ops/s), DELETE at concurrency 1 (p50). The medians of the
-rounds come last. Where `make bench` compares packfs with XFS, this
+those at concurrency 16 (ops/s), DELETE at concurrency 1 (p50), and the host's CPU steal
+meanwhile (steal.py). The medians of the rounds come last, with each configuration's
+steal over its rounds: two configurations whose steal differs by several points were
+not measured alike. Where `make bench` compares packfs with XFS, this
 compares packfs with itself, for a change that has an option (docs/bench-latest.md):
 
     python -m bench.optionsab default= old=notmpfile,nofallocate [--rounds 3] [--size N] [--dir D]
@@ -20,6 +22,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from . import steal
 from . import swiftobj as so
 from .util import REPO
 
@@ -63,14 +66,17 @@ def main() -> None:
     if len(configs) < 2:
         ap.error("give at least two configurations")
     got: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in configs}
+    meter = steal.Meter()
     try:
         for r in range(a.rounds):
             k = r % len(configs)
             for name in list(configs)[k:] + list(configs)[:k]:
+                started = meter.start()
                 p1, ops, gets, d1 = one(a.dir, configs[name], f"r{r}{name}", a.puts, a.size)
+                stolen = meter.stop(name, f"round {r + 1}", started)
                 got[name].append((p1, ops, gets, d1))
                 print(f"round {r + 1}/{a.rounds} {name:14s} PUT c1 p50 {p1:.3f} ms, PUT c16 {ops:.0f} ops/s, "
-                      f"GET c16 {gets:.0f} ops/s, DELETE c1 p50 {d1:.3f} ms", flush=True)
+                      f"GET c16 {gets:.0f} ops/s, DELETE c1 p50 {d1:.3f} ms, steal {stolen:.1f}%", flush=True)
     finally:
         shutil.rmtree(a.dir, ignore_errors=True)
     for name, rows in got.items():
@@ -78,7 +84,8 @@ def main() -> None:
             print(f"{name:14s} medians of {len(rows)}: PUT c1 p50 {statistics.median(r[0] for r in rows):.3f} ms, "
                   f"PUT c16 {statistics.median(r[1] for r in rows):.0f} ops/s, "
                   f"GET c16 {statistics.median(r[2] for r in rows):.0f} ops/s, "
-                  f"DELETE c1 p50 {statistics.median(r[3] for r in rows):.3f} ms")
+                  f"DELETE c1 p50 {statistics.median(r[3] for r in rows):.3f} ms, "
+                  f"steal {meter.by_fs[name].pct:.1f}%")
 
 
 if __name__ == "__main__":

@@ -56,10 +56,13 @@ class Meter:
     def start(self) -> tuple[int, int, float]:
         return (*cpu_ticks(), time.monotonic())
 
-    def stop(self, fs: str, case: str, started: tuple[int, int, float]) -> None:
+    def stop(self, fs: str, case: str, started: tuple[int, int, float]) -> float:
+        """Adds the case to its filesystem's sum; returns the case's steal in percent."""
         stolen0, ticks0, t0 = started
         stolen, ticks = cpu_ticks()
-        self.by_fs.setdefault(fs, Steal()).add(case, stolen - stolen0, ticks - ticks0, time.monotonic() - t0)
+        stolen, ticks = stolen - stolen0, ticks - ticks0
+        self.by_fs.setdefault(fs, Steal()).add(case, stolen, ticks, time.monotonic() - t0)
+        return 100.0 * stolen / ticks if ticks else 0.0
 
     def to_dict(self) -> dict[str, dict]:
         return {fs: {"stolen": s.stolen, "ticks": s.ticks, "cases": s.cases, "seconds": round(s.seconds, 1),

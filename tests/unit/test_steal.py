@@ -11,6 +11,11 @@ from bench.results import Results
 def test_cpu_ticks_reads_the_machine():
     stolen, ticks = steal.cpu_ticks()
     assert 0 <= stolen <= ticks and ticks > 0
+    meter = steal.Meter()
+    started = meter.start()
+    time.sleep(0.05)
+    pct = meter.stop("packfs", "round 1", started)  # (optionsab prints it per round)
+    assert 0.0 <= pct <= 100.0 and meter.by_fs["packfs"].cases == 1 and meter.by_fs["packfs"].ticks > 0
 
 
 def test_steal_sums_cases_and_keeps_the_worst():
