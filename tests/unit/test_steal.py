@@ -9,8 +9,8 @@ from bench.results import Results
 
 
 def test_cpu_ticks_reads_the_machine():
-    stolen, ticks = steal.cpu_ticks()
-    assert 0 <= stolen <= ticks and ticks > 0
+    t = steal.cpu_ticks()
+    assert 0 <= t.stolen <= t.busy <= t.all and t.all > 0
     meter = steal.Meter()
     started = meter.start()
     time.sleep(0.05)
@@ -20,11 +20,12 @@ def test_cpu_ticks_reads_the_machine():
 
 def test_steal_sums_cases_and_keeps_the_worst():
     s = steal.Steal()
-    s.add("4K c1", stolen=10, ticks=200, seconds=1.0)
-    s.add("4K c16", stolen=90, ticks=300, seconds=1.5)
-    s.add("1M c16", stolen=0, ticks=500, seconds=2.5)
+    s.add("4K c1", steal.Ticks(stolen=10, busy=100, all=200), seconds=1.0)
+    s.add("4K c16", steal.Ticks(stolen=90, busy=300, all=300), seconds=1.5)
+    s.add("1M c16", steal.Ticks(stolen=0, busy=100, all=500), seconds=2.5)
     assert s.cases == 3 and s.seconds == 5.0
     assert s.pct == 10.0  # 100 of 1,000 ticks
+    assert s.busy_pct == 20.0  # 100 of 500 busy ticks
     assert (s.worst_pct, s.worst_case) == (30.0, "4K c16")
 
 
@@ -56,11 +57,14 @@ def test_the_report_gives_each_filesystem_its_share_over_every_part():
                 "steal": by_fs}
 
     def fs(stolen: int, ticks: int, worst: float, case: str) -> dict:
-        return {"stolen": stolen, "ticks": ticks, "cases": 4, "seconds": 10.0, "pct": 100.0 * stolen / ticks,
-                "worst_pct": worst, "worst_case": case}
+        busy = ticks // 2
+        return {"stolen": stolen, "busy": busy, "ticks": ticks, "cases": 4, "seconds": 10.0,
+                "pct": 100.0 * stolen / ticks, "busy_pct": 100.0 * stolen / busy, "worst_pct": worst,
+                "worst_case": case}
 
     d = report.merge([part("fio", {"packfs": fs(50, 1000, 9.0, "small"), "xfs": fs(10, 1000, 2.0, "stream")}),
                       part("swift", {"packfs": fs(250, 1000, 40.0, "4K c16"), "xfs": fs(30, 1000, 5.0, "1M c1")})])
     md = report.markdown(d)
-    assert "packfs 15.0%, xfs 2.0%" in md  # (50 + 250) / 2,000 and (10 + 30) / 2,000
-    assert "| swift | packfs | 4 | 10 | 25.0 | 40.0 | 4K c16 |" in md
+    # (50 + 250) / 2,000 and (10 + 30) / 2,000; of busy time, of half as many ticks
+    assert "packfs 15.0% (30.0% of its busy time), xfs 2.0% (4.0% of its busy time)" in md
+    assert "| swift | packfs | 4 | 10 | 25.0 | 50.0 | 40.0 | 4K c16 |" in md
