@@ -3,7 +3,7 @@
 A guest's vCPU that is ready to run waits while the host runs something else, and the
 guest counts that wait as steal (/proc/stat). packfs feels it more than XFS: each FUSE
 round trip wakes two threads, and a wake-up that finds its vCPU descheduled waits for
-the host. On the machine of session 49 steal took 4% to 29% of the CPU time within
+the host. On the machine of session 49 steal took 0% to 35% of the CPU time within
 minutes, and four cold walks of the same tree on one mount took 280, 424, 611 and
 428 µs a directory with steal at 159, 443, 877 and 457 ticks. A ratio is only as good
 as the conditions of its two sides, so every case of every part is measured for it
