@@ -1,5 +1,5 @@
 # Crash consistency (issue 4). See docs/crash-safety.md and tests/crash/campaign.py.
-#   make crash-campaign SEEDS=N     a long power-cut campaign over N seeds; prints a summary:
+#   make crash-campaign SEEDS=N     a long power-cut campaign over N seeds; a line per seed as it ends, then a summary:
 #                                   crash points, operations, violations (exit 1 on any violation)
 #       CRASH_OPS=300               operations per seed
 #       CRASH_JOBS=$(nproc)         seeds run in parallel

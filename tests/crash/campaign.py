@@ -80,7 +80,7 @@ from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -1167,15 +1167,31 @@ def summarise(results: list[Result], seconds: float) -> str:
     return "\n".join(lines)
 
 
-def campaign(seeds: list[int], n_ops: int, jobs: int = 1, **kwargs: Any) -> tuple[list[Result], float]:
+def campaign(seeds: list[int], n_ops: int, jobs: int = 1, progress: Callable[[Result, int, int], None] | None = None,
+             **kwargs: Any) -> tuple[list[Result], float]:
+    """Run the seeds (jobs at a time); progress(result, done, total) as each one ends."""
     t0 = time.monotonic()
     work = [(s, n_ops, kwargs) for s in seeds]
+    results: list[Result] = []
+
+    def collect(done: Iterable[Result]) -> None:
+        for r in done:
+            results.append(r)
+            if progress is not None:
+                progress(r, len(results), len(work))
+
     if jobs > 1:
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            results = pool.map(run_seed, work, chunksize=1)
+            collect(pool.imap_unordered(run_seed, work, chunksize=1))
     else:
-        results = [run_seed(w) for w in work]
+        collect(map(run_seed, work))
+    results.sort(key=lambda r: r.seed)
     return results, time.monotonic() - t0
+
+
+def _report_seed(r: Result, done: int, total: int) -> None:
+    print(f"seed {r.seed}: {r.crash_points + r.recovery_crash_points} crash points, {len(r.violations)} "
+          f"violation(s), {r.seconds:.0f} s ({done}/{total} seeds done)", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1190,7 +1206,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     a = p.parse_args(argv)
     seeds = list(range(a.first_seed, a.first_seed + a.seeds))
-    results, seconds = campaign(seeds, a.ops, a.jobs, random_points=a.random_points,
+    results, seconds = campaign(seeds, a.ops, a.jobs, progress=_report_seed, random_points=a.random_points,
                                 recovery_crashes=a.recovery_crashes)
     print(summarise(results, seconds))
     return 1 if any(r.violations for r in results) else 0
