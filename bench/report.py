@@ -208,7 +208,7 @@ def markdown(d: dict, title: str = "packfs benchmark") -> str:
         if "guest_halt_poll_ns" in common:
             out.append(haltpoll.describe(common["guest_halt_poll_ns"], common.get("halt_poll_asked", False)))
     if d.get("steal"):
-        out.append(steal.summary(d["steal"]))
+        out.append(steal.summary(d["steal"], FS))
     out += ["", "Ratios are relative performance (rates: packfs/XFS; times and latencies: XFS/packfs), "
             "so above 1 means packfs is better. Targets are from issue 5; PASS/MISS compare packfs with XFS "
             "(or an absolute bound).", ""]

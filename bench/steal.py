@@ -96,8 +96,8 @@ class Meter:
                 for fs, s in self.by_fs.items()}
 
 
-def summary(per_part: dict[str, dict[str, dict]]) -> str:
-    """One line for the report's head: each filesystem's steal over every part."""
+def summary(per_part: dict[str, dict[str, dict]], order: tuple[str, ...]) -> str:
+    """One line for the report's head: each filesystem's steal over every part, in `order`."""
     total: dict[str, Steal] = {}
     for by_fs in per_part.values():
         for fs, s in by_fs.items():
@@ -107,7 +107,6 @@ def summary(per_part: dict[str, dict[str, dict]]) -> str:
             t.ticks += s["ticks"]
     if not total:
         return ""
-    order = ("packfs", "xfs", "ext4")
     shares = ", ".join(f"{fs} {t.pct:.1f}%" + (f" ({t.busy_pct:.1f}% of its busy time)" if t.busy else "")
                        for fs, t in sorted(total.items(), key=lambda i: order.index(i[0]) if i[0] in order else 9))
     return (f"Host CPU steal during each filesystem's cases (the share of this VM's CPU time the host "
