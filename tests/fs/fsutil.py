@@ -9,6 +9,7 @@ import ctypes.util
 import errno
 import hashlib
 import json
+import mmap
 import os
 import stat
 import subprocess
@@ -17,9 +18,10 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 NOBODY = 65534
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -228,6 +230,12 @@ AT_FDCWD = -100
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
 
+def _libc_error(path: Path | str | None = None) -> OSError:
+    """The OSError for the errno a failed libc call left."""
+    e = ctypes.get_errno()
+    return OSError(e, os.strerror(e)) if path is None else OSError(e, os.strerror(e), str(path))
+
+
 FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE, FALLOC_ZERO_RANGE = 0x01, 0x02, 0x10  # linux/falloc.h
 AT_SYMLINK_FOLLOW = 0x400
 
@@ -236,8 +244,48 @@ def fallocate(fd: int, mode: int, offset: int, length: int) -> None:
     fn: Callable = _libc.fallocate
     fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
     if fn(fd, mode, offset, length) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
+        raise _libc_error()
+
+
+def pages_reclaimed() -> int:
+    """Pages the kernel has reclaimed since boot, in any cgroup (/proc/vmstat)."""
+    with open("/proc/vmstat") as f:
+        return sum(int(v) for k, v in (line.split() for line in f) if k in ("pgsteal_anon", "pgsteal_file"))
+
+
+def without_reclaim(measure: Callable[[int], T], tries: int = 5) -> T:
+    """measure(try) again until the kernel reclaimed no memory while it ran, for a test
+    counting the requests a kernel cache spares: a page of that cache that reclaim takes
+    is asked for again, which is no fault of the cache (see pages_pinned for the file
+    pages a test can pin). The last try's result if reclaim ran through each of them."""
+    for attempt in range(tries):
+        reclaimed = pages_reclaimed()
+        result = measure(attempt)
+        if pages_reclaimed() == reclaimed:
+            break
+    return result
+
+
+@contextlib.contextmanager
+def pages_pinned(fd: int, length: int) -> Iterator[None]:
+    """Hold a file's first `length` bytes of page cache in memory (mmap and mlock), so
+    that a test counting READ requests sees the kernel's cache policy, not its reclaim:
+    under memory pressure a clean cached page may go at any time. An invalidation
+    (truncate_pagecache, invalidate_inode_pages2) still drops pinned pages."""
+    mmap_: Callable = _libc.mmap
+    mmap_.restype, mmap_.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                                      ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    addr = mmap_(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if addr in (None, ctypes.c_void_p(-1).value):
+        raise _libc_error()
+    try:
+        _libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        if _libc.mlock(addr, length) != 0:
+            raise _libc_error()
+        yield
+    finally:
+        _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        _libc.munmap(addr, length)
 
 
 def model_pwrite(model: bytearray, offset: int, data: bytes) -> None:
@@ -253,13 +301,11 @@ def link_fd(fd: int, new: Path | str) -> None:
     fn: Callable = _libc.linkat
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
     if fn(AT_FDCWD, f"/proc/self/fd/{fd}".encode(), AT_FDCWD, os.fsencode(new), AT_SYMLINK_FOLLOW) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e), str(new))
+        raise _libc_error(new)
 
 
 def renameat2(old: Path | str, new: Path | str, flags: int) -> None:
     fn: Callable = _libc.renameat2
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     if fn(AT_FDCWD, os.fsencode(old), AT_FDCWD, os.fsencode(new), flags) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e), str(old))
+        raise _libc_error(old)

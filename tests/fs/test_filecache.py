@@ -13,7 +13,7 @@ import stat
 import subprocess
 import time
 
-from fsutil import as_user, read_file, write_file
+from fsutil import as_user, pages_pinned, read_file, write_file
 from mounts import PACKFS, mounted, requests_received, requests_served, stats
 
 
@@ -49,10 +49,11 @@ def test_files_open_without_a_request_and_reads_are_cached(mnt):
     _put(mnt / "obj", data)
     before = requests_received(mnt)
     assert _swift_get(mnt / "obj") == data
-    middle = requests_received(mnt)
-    for _ in range(5):
-        assert _swift_get(mnt / "obj") == data
-    after = requests_received(mnt)
+    with open(mnt / "obj", "rb") as f, pages_pinned(f.fileno(), len(data)):
+        middle = requests_received(mnt)
+        for _ in range(5):
+            assert _swift_get(mnt / "obj") == data
+        after = requests_received(mnt)
     for op in ("open", "release"):
         assert _grown(before, after, op) == 0
     assert _grown(before, middle, "read") >= 1
@@ -67,15 +68,16 @@ def test_a_files_pages_stay_cached_when_its_own_writes_change_its_mtime(mnt):
     write_file(mnt / "db", b"a" * 65536)
     fd = os.open(mnt / "db", os.O_RDWR)
     try:
-        model = bytearray(os.pread(fd, 65536, 0))  # now in the page cache
-        mtimes = set()
-        before = requests_received(mnt)
-        for i in range(16):
-            os.pwrite(fd, bytes([i]) * 4096, i * 4096)
-            model[i * 4096:(i + 1) * 4096] = bytes([i]) * 4096
-            mtimes.add(os.fstat(fd).st_mtime_ns)
-            assert os.pread(fd, 65536, 0) == model
-        after = requests_received(mnt)
+        with pages_pinned(fd, 65536):  # now in the page cache, and not for reclaim to take
+            model = bytearray(os.pread(fd, 65536, 0))
+            mtimes = set()
+            before = requests_received(mnt)
+            for i in range(16):
+                os.pwrite(fd, bytes([i]) * 4096, i * 4096)
+                model[i * 4096:(i + 1) * 4096] = bytes([i]) * 4096
+                mtimes.add(os.fstat(fd).st_mtime_ns)
+                assert os.pread(fd, 65536, 0) == model
+            after = requests_received(mnt)
     finally:
         os.close(fd)
     assert len(mtimes) > 1 and _grown(before, after, "getattr") >= 16
