@@ -24,7 +24,11 @@
  *                that (FUSE_CAP_NO_OPEN_SUPPORT): the kernel then opens every file
  *                without OPEN or RELEASE, with FOPEN_KEEP_CACHE. It sends no RELEASE
  *                for files create() opened either: packfs gives those a handle that
- *                names the inode too (filesystem.CREATED).
+ *                names the inode too (filesystem.CREATED). With passthrough the kernel
+ *                must keep asking (a file open for passthrough can be opened again only
+ *                through an OPEN's reply): open and release then answer in C as if the
+ *                kernel had opened the file itself (open_in_c), but for a file open for
+ *                passthrough, whose OPEN and RELEASE go to packfs.
  *   read, write, write_buf  (filecache) get INODE_HANDLE | the inode as the file handle
  *                when the kernel sends 0 (a file opened without a request), and
  *                ROOT_WRITER too in a write root sent.
@@ -88,8 +92,10 @@
  * for FUSE_PASSTHROUGH in libfuse's INIT reply when the kernel offers it, and patches
  * the reply to a create whose handle packfs staged (packfs_shim_stage) so that the
  * kernel reads and writes that open file straight from and to packfs's staging file
- * (a backing file: FUSE_DEV_IOC_BACKING_OPEN), with no request per write. libfuse
- * 3.14 knows neither the INIT field (max_stack_depth) nor the open reply's backing_id.
+ * (a backing file: FUSE_DEV_IOC_BACKING_OPEN), with no request per write; and the reply
+ * to an OPEN of such a file that packfs shares (packfs_shim_share) so that it opens the
+ * same backing file. libfuse 3.14 knows neither the INIT field (max_stack_depth) nor the
+ * open reply's backing_id.
  */
 #define FUSE_USE_VERSION 31
 #define _GNU_SOURCE
@@ -115,11 +121,13 @@ static int want_dircache, want_filecache, want_xattrcache, want_killpriv, want_t
 static int installed;    /* the last session got the rewritten table */
 static int zero_message; /* ... and its kernel supports zero-message opendir */
 static int zero_open;    /* ... and zero-message open, which filecache asked for */
+static int opens_in_c;   /* ... or, with passthrough, OPEN and RELEASE answered here (see open_in_c) */
 static struct fuse_lowlevel_ops ops;
 static void (*next_init)(void *, struct fuse_conn_info *);
 static void (*next_opendir)(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
 static void (*next_readdirplus)(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file_info *);
 static void (*next_open)(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
+static void (*next_release)(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
 static void (*next_read)(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file_info *);
 static void (*next_write)(fuse_req_t, fuse_ino_t, const char *, size_t, off_t, struct fuse_file_info *);
 static void (*next_write_buf)(fuse_req_t, fuse_ino_t, struct fuse_bufvec *, off_t, struct fuse_file_info *);
@@ -158,26 +166,59 @@ struct backing_map {
 #define BACKING_CLOSE _IOW(229, 2, uint32_t)
 
 static void opendir_enosys(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-static void open_enosys(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+static void open_in_c(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 
 static void init_noting_support(void *userdata, struct fuse_conn_info *conn)
 {
     zero_message = ops.opendir == opendir_enosys && (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
-    zero_open = ops.open == open_enosys && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) != 0;
+    int filecache = ops.open == open_in_c && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) != 0;
     next_init(userdata, conn);
-    if (zero_open) /* no OPEN carries O_TRUNC: the kernel must send it as a SETATTR */
+    /* A file open for passthrough makes the kernel refuse (EIO) any other open of it but one
+     * for passthrough with the same backing file, which only an OPEN's reply can ask for. */
+    int passing = want_passthrough && init_offers_passthrough && !(conn->want & FUSE_CAP_WRITEBACK_CACHE);
+    zero_open = filecache && !passing;
+    opens_in_c = filecache && passing;
+    if (filecache) /* no OPEN packfs sees carries O_TRUNC: the kernel must send it as a SETATTR */
         conn->want &= ~FUSE_CAP_ATOMIC_O_TRUNC;
     /* Every change to a file comes through this kernel, so its cached pages are never
      * stale: they must not be dropped whenever a GETATTR shows a new mtime. */
     conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 }
 
-static void open_enosys(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static int backing_of_inode(fuse_ino_t ino);
+static int staged_handle(uint64_t fh);
+static unsigned long long opens_answered, releases_answered;
+
+/* filecache: the kernel opens files without a request once an OPEN answered ENOSYS. With
+ * passthrough that cannot be (see init_noting_support): the OPEN is answered here as the
+ * kernel would have opened the file itself (handle 0, its pages kept), but for a file
+ * open for passthrough, whose OPEN goes to packfs (ops.open shares the backing file). */
+static void open_in_c(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-    if (zero_open)
+    if (zero_open) {
         fuse_reply_err(req, ENOSYS);
-    else
+    } else if (opens_in_c && backing_of_inode(ino) <= 0) {
+        fi->fh = 0;
+        fi->keep_cache = 1;
+        fi->direct_io = 0;
+        opens_answered++;
+        fuse_reply_open(req, fi);
+    } else {
         next_open(req, ino, fi);
+    }
+}
+
+/* ... and the RELEASE of such a file, or of one create() opened (a handle that names the
+ * inode: filesystem.CREATED), which a kernel opening files without a request never sends.
+ * A staged create's RELEASE goes to packfs. */
+static void release_in_c(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    if (opens_in_c && (fi->fh == 0 || ((fi->fh & INODE_HANDLE) && !staged_handle(fi->fh)))) {
+        releases_answered++;
+        fuse_reply_err(req, 0);
+    } else {
+        next_release(req, ino, fi);
+    }
 }
 
 /* A file opened without a request has handle 0: name its inode instead, and for a write
@@ -364,14 +405,14 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
     session_new_fn next = (session_new_fn)dlsym(RTLD_NEXT, "fuse_session_new");
     if (next == NULL)
         return NULL;
-    installed = zero_message = zero_open = 0;
+    installed = zero_message = zero_open = opens_in_c = 0;
     memset(ends, 0, sizeof ends);
     memset(new_files, 0, sizeof new_files);
     for (unsigned slot = 0; slot < XATTR_SLOTS; slot++)
         forget_slot(slot);
     init_seen = init_offers = init_offers_mmap = init_answered = killpriv = direct_mmap = 0;
     int dircache = want_dircache && op->opendir && op->readdirplus;
-    int filecache = want_filecache && op->open && op->read && op->write && op->write_buf;
+    int filecache = want_filecache && op->open && op->release && op->read && op->write && op->write_buf;
     int xattrcache = want_xattrcache && op->getxattr;
     int fallocate = want_fallocate && op->setxattr && op->fallocate == NULL &&
                     getrandom(fallocate_token, TOKEN_SIZE, 0) == TOKEN_SIZE;
@@ -388,10 +429,12 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
     }
     if (filecache) {
         next_open = op->open;
+        next_release = op->release;
         next_read = op->read;
         next_write = op->write;
         next_write_buf = op->write_buf;
-        ops.open = open_enosys;
+        ops.open = open_in_c;
+        ops.release = release_in_c;
         ops.read = read_by_inode;
         ops.write = write_by_inode;
         ops.write_buf = write_buf_by_inode;
@@ -450,27 +493,80 @@ static ssize_t read_request(int fd, void *buf, size_t len, void *userdata)
     return n;
 }
 
-/* Creates packfs staged: the handle its reply carries, the staging file's descriptor,
- * and once the reply went out, the backing id the kernel gave it (0: none yet; < 0:
- * the kernel refused, -errno). Only ever touched on the event loop's thread. */
+/* Creates packfs staged: the handle its reply carries, the file's inode, the staging
+ * file's descriptor, and once the reply went out, the backing id the kernel gave it (0:
+ * none yet; < 0: the kernel refused, -errno). Only ever touched on the event loop's thread. */
 #define STAGED_MAX 256
 static struct {
     uint64_t fh;
+    fuse_ino_t ino;
     int fd;
     int backing_id;
 } staged[STAGED_MAX];
 static int staged_count;
 static int dev_fd = -1;
 
-int packfs_shim_stage(uint64_t fh, int fd)
+/* Opens of a staged file packfs answered with a handle of its own (packfs_shim_share),
+ * whose replies are still to go out: each is given the staged file's backing file. */
+#define SHARES_MAX 64
+static struct {
+    uint64_t fh;
+    int backing_id;
+} shares[SHARES_MAX];
+static int shares_count;
+
+int packfs_shim_stage(uint64_t fh, uint64_t ino, int fd)
 {
     if (!passthrough || staged_count == STAGED_MAX)
         return 0;
     staged[staged_count].fh = fh;
+    staged[staged_count].ino = ino;
     staged[staged_count].fd = fd;
     staged[staged_count].backing_id = 0;
     staged_count++;
     return 1;
+}
+
+static int staged_handle(uint64_t fh)
+{
+    for (int i = 0; i < staged_count; i++)
+        if (staged[i].fh == fh)
+            return 1;
+    return 0;
+}
+
+/* The backing id of the file `ino` while it is open for passthrough, else <= 0. */
+static int backing_of_inode(fuse_ino_t ino)
+{
+    for (int i = 0; i < staged_count; i++)
+        if (staged[i].ino == ino && staged[i].backing_id > 0)
+            return staged[i].backing_id;
+    return 0;
+}
+
+/* An OPEN of the staged file `ino` is about to be answered with handle `fh`: that reply
+ * opens it for passthrough too, with the same backing file, which is all the kernel
+ * allows while the file is open for passthrough. 0 if the file has no backing file (it
+ * is not open for passthrough) or too many such replies wait. */
+int packfs_shim_share(uint64_t ino, uint64_t fh)
+{
+    int id = backing_of_inode(ino);
+    if (id <= 0 || shares_count == SHARES_MAX)
+        return 0;
+    shares[shares_count].fh = fh;
+    shares[shares_count].backing_id = id;
+    shares_count++;
+    return 1;
+}
+
+/* The handle `fh` was released: no reply of it waits (one that failed before it went out). */
+void packfs_shim_unshare(uint64_t fh)
+{
+    for (int i = 0; i < shares_count; i++)
+        if (shares[i].fh == fh) {
+            shares[i] = shares[--shares_count];
+            return;
+        }
 }
 
 /* What became of a staged handle: its backing id once its reply went out with one, 0
@@ -526,6 +622,24 @@ static void stage_reply(int fd, struct iovec *iov, int count)
     }
 }
 
+/* The reply to an OPEN packfs shared (packfs_shim_share): the staged file's backing file. */
+static void share_reply(struct iovec *iov, int count)
+{
+    if (count < 2 || iov[1].iov_len != sizeof(struct fuse_open_out) ||
+        ((struct fuse_out_header *)iov[0].iov_base)->error != 0)
+        return;
+    struct fuse_open_out *open_out = iov[1].iov_base;
+    for (int i = 0; i < shares_count; i++) {
+        if (shares[i].fh != open_out->fh)
+            continue;
+        int id = shares[i].backing_id;
+        open_out->open_flags = FOPEN_PASSTHROUGH_FLAG;
+        memcpy((char *)open_out + OPEN_OUT_BACKING_ID, &id, sizeof id);
+        shares[i] = shares[--shares_count];
+        return;
+    }
+}
+
 static ssize_t writev_asking_more(int fd, struct iovec *iov, int count, void *userdata)
 {
     (void)userdata;
@@ -553,6 +667,8 @@ static ssize_t writev_asking_more(int fd, struct iovec *iov, int count, void *us
         }
     } else if (staged_count > 0) {
         stage_reply(fd, iov, count);
+        if (shares_count > 0)
+            share_reply(iov, count);
     }
     return writev(fd, iov, count);
 }
@@ -656,6 +772,21 @@ int packfs_shim_zero_message_opendir(void)
 int packfs_shim_zero_message_open(void)
 {
     return installed && zero_open;
+}
+
+int packfs_shim_opens_in_c(void)
+{
+    return installed && opens_in_c;
+}
+
+unsigned long long packfs_shim_opens_answered(void)
+{
+    return opens_answered;
+}
+
+unsigned long long packfs_shim_releases_answered(void)
+{
+    return releases_answered;
 }
 
 /* Copies the session's fallocate token into out (TOKEN_SIZE bytes); 0 if fallocate does

@@ -192,7 +192,7 @@ def _passthrough_line(p: dict) -> str:
         return "passthrough    off: every write() of a file is a request"
     return (f"passthrough    {p['staged']:>12,}   O_TMPFILE files written by the kernel to a staging file; "
             f"{p['open']:,} open now, {p['absorbed_bytes'] / 2**20:,.1f} MiB taken into the log, "
-            f"{p['refused']:,} not staged")
+            f"{p['refused']:,} not staged, {p['shared']:,} opened meanwhile by a reader")
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -252,8 +252,11 @@ def format_stats(s: dict) -> str:
          "sends every one, Python's open() one per file (no handler: not in the table below)"
          if s.get("ioctls_counted") else "ioctls         refused by libfuse, not counted (the fuse shim's handler "
          "table is not in use)"),
-        "files          " + ("open without a request (no OPEN or RELEASE; a file create makes has no RELEASE)"
-                            if s["zero_message_open"] else "opened by a FUSE request each"),
+        ("files          open without a request (no OPEN or RELEASE; a file create makes has no RELEASE)"
+         if s["zero_message_open"] else
+         f"files          {s['opens_answered_in_shim']:>12,}   opens and {s['releases_answered_in_shim']:,} releases "
+         "answered by the fuse shim (passthrough: the kernel must ask; no handler: not in the table below)"
+         if s.get("opens_in_shim") else "files          opened by a FUSE request each"),
         (f"xattrs         {s['xattrs_answered_in_shim']:>12,}   getxattrs answered by the fuse shim from the "
          "xattrs packfs last read (no handler: not in the table below)" if s.get("xattrs_from_shim")
          else "xattrs         every getxattr reaches packfs's handler"),

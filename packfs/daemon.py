@@ -150,7 +150,7 @@ class Daemon:
     def _wire(self, fs: Filesystem, ops: Operations) -> None:
         """Connect packfs to what the fuse shim does for this session (known once mounted)."""
         ops.watch_queue(_fuse_fd())
-        ops.no_release = fuseshim.zero_message_open
+        ops.no_release = fuseshim.creates_unreleased
         if fuseshim.caches_xattrs():
             fs.ns.table.xattrs_changed = fuseshim.forget_xattrs
             ops.cache_xattrs = fuseshim.cache_xattrs
@@ -179,6 +179,9 @@ class Daemon:
                 return {**await fs.stats(), "operations": ops.opstats.report(), "busy_poll_turns": ops.busypoll.spins,
                         "zero_message_opendir": fuseshim.zero_message_opendir(),
                         "zero_message_open": fuseshim.zero_message_open(),
+                        "opens_in_shim": fuseshim.opens_in_c(),
+                        "opens_answered_in_shim": fuseshim.opens_answered(),
+                        "releases_answered_in_shim": fuseshim.releases_answered(),
                         "killpriv_v2": fuseshim.killpriv(), "direct_io_mmap": fuseshim.direct_mmap(),
                         "listings_open": len(ops.listings),
                         "listing_ends_answered_in_shim": fuseshim.ends_answered(),
@@ -219,7 +222,7 @@ class Daemon:
         if s is None:
             return {"active": False}
         return {"active": fuseshim.passthrough(), "staged": s.staged, "open": len(s),
-                "absorbed_bytes": s.absorbed_bytes, "refused": s.refused}
+                "absorbed_bytes": s.absorbed_bytes, "refused": s.refused, "shared": s.shared}
 
     @staticmethod
     def _save_image(p: pack.Pack) -> None:

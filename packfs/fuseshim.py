@@ -70,7 +70,12 @@ per write; libfuse 3.14 knows neither what its INIT reply must carry for that
 (FUSE_PASSTHROUGH, max_stack_depth) nor an open reply's backing id. The library's I/O
 asks for it when the kernel offers it, and patches the reply to a create packfs staged
 (`stage`): it registers the staging file with the kernel and names it in the reply
-(staging.py says what packfs does with those files).
+(staging.py says what packfs does with those files). While a file is open that way the
+kernel refuses (EIO) any other open of it but one for passthrough on the same backing
+file, which only an OPEN's reply can ask for: the library patches the reply to an open
+packfs shares (`share`) the same way. So with passthrough files are not opened without
+a request: the library answers the OPEN and RELEASE of every other file in C instead,
+as the kernel would have opened it itself (`opens_in_c`).
 
 The library must be in the global symbol scope before pyfuse3 binds libfuse's symbols,
 which it does when it is imported (Python loads extensions with RTLD_NOW): importing
@@ -109,7 +114,12 @@ if _lib is not None:
     _lib.packfs_shim_xattrs_answered.restype = ctypes.c_ulonglong
     _lib.packfs_shim_tmpfiles.restype = ctypes.c_ulonglong
     _lib.packfs_shim_ioctls_answered.restype = ctypes.c_ulonglong
-    _lib.packfs_shim_stage.argtypes = [ctypes.c_uint64, ctypes.c_int]
+    _lib.packfs_shim_stage.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int]
+    _lib.packfs_shim_share.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
+    _lib.packfs_shim_unshare.argtypes = [ctypes.c_uint64]
+    _lib.packfs_shim_unshare.restype = None
+    _lib.packfs_shim_opens_answered.restype = ctypes.c_ulonglong
+    _lib.packfs_shim_releases_answered.restype = ctypes.c_ulonglong
     _lib.packfs_shim_unstage.argtypes = [ctypes.c_uint64]
     _lib.packfs_shim_unstage.restype = None
     _lib.packfs_shim_staged_id.argtypes = [ctypes.c_uint64]
@@ -148,6 +158,29 @@ def zero_message_open() -> bool:
     return _lib is not None and bool(_lib.packfs_shim_zero_message_open())
 
 
+def opens_in_c() -> bool:
+    """Whether the last FUSE session's OPEN and RELEASE requests are answered in C, as the
+    kernel would open the file without a request (filecache with passthrough, where the
+    kernel must ask: see _fuseshim.c's open_in_c)."""
+    return _lib is not None and bool(_lib.packfs_shim_opens_in_c())
+
+
+def creates_unreleased() -> bool:
+    """Whether packfs's handlers are sent no RELEASE for a file create() opened (zero-message
+    open, or opens answered in C), unless it was staged."""
+    return zero_message_open() or opens_in_c()
+
+
+def opens_answered() -> int:
+    """OPEN requests the library answered (they reach no handler)."""
+    return int(_lib.packfs_shim_opens_answered()) if _lib is not None else 0
+
+
+def releases_answered() -> int:
+    """RELEASE requests the library answered (they reach no handler)."""
+    return int(_lib.packfs_shim_releases_answered()) if _lib is not None else 0
+
+
 def killpriv() -> bool:
     """Whether the kernel of the last FUSE session left set-ID bits and file capabilities
     to packfs (HANDLE_KILLPRIV_V2; known once the kernel's INIT was answered)."""
@@ -160,11 +193,25 @@ def passthrough() -> bool:
     return _lib is not None and bool(_lib.packfs_shim_passthrough())
 
 
-def stage(fh: int, fd: int) -> bool:
-    """The create about to answer with handle `fh` opens staging file `fd` as its backing
-    file: the kernel then writes and reads that open file there, with no request. False
-    if it cannot be (no passthrough, or too many creates staged at once)."""
-    return _lib is not None and bool(_lib.packfs_shim_stage(fh, fd))
+def stage(fh: int, ino: int, fd: int) -> bool:
+    """The create of `ino` about to answer with handle `fh` opens staging file `fd` as its
+    backing file: the kernel then writes and reads that open file there, with no request.
+    False if it cannot be (no passthrough, or too many creates staged at once)."""
+    return _lib is not None and bool(_lib.packfs_shim_stage(fh, ino, fd))
+
+
+def share(ino: int, fh: int) -> bool:
+    """The OPEN of the staged file `ino` about to answer with handle `fh` opens it for
+    passthrough too, with the same backing file: while a file is open for passthrough the
+    kernel refuses (EIO) any other open of it. False if the file is not open for
+    passthrough (its open went ahead without a backing file)."""
+    return _lib is not None and bool(_lib.packfs_shim_share(ino, fh))
+
+
+def unshare(fh: int) -> None:
+    """The handle `fh` is released: forget it, if its reply never went out."""
+    if _lib is not None:
+        _lib.packfs_shim_unshare(fh)
 
 
 def staged_id(fh: int) -> int:

@@ -284,9 +284,25 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        if self.staging and self.staging.open_for_passthrough(inode):
+            return await self._share(inode, flags, ctx)
         fh = self.fs.open(inode, truncate=bool(flags & os.O_TRUNC), privileged=ctx.uid == 0)
         direct = self._direct_writes and (flags & os.O_ACCMODE) == os.O_WRONLY
         return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=direct)
+
+    async def _share(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        """An open of a file open for passthrough, which the kernel allows only as another
+        open for passthrough on the same backing file: the staging file, which reads as the
+        file does (a Swift GET in the moment between its PUT's linkat and the PUT's close).
+        Only for reading: a second writer's bytes and close could not be told from the
+        creator's (staging.py), so that open fails as the kernel would fail it, EIO."""
+        if flags & os.O_ACCMODE != os.O_RDONLY:
+            raise pyfuse3.FUSEError(errno.EIO)
+        fh = self.fs.open(inode, privileged=ctx.uid == 0)
+        if not self.staging.share(inode, fh):  # type: ignore[union-attr]
+            await self.fs.release(fh)
+            raise pyfuse3.FUSEError(errno.EIO)
+        return pyfuse3.FileInfo(fh=fh)
 
     @_op
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
@@ -322,6 +338,8 @@ class Operations(pyfuse3.Operations):
     @_op
     async def release(self, fh: int) -> None:
         await self._absorb(fh)  # (its staging ends when the kernel closes its backing file)
+        if self.staging:
+            await self.staging.unshare(fh)
         await self.fs.release(fh)
 
     @_op

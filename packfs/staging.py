@@ -14,15 +14,20 @@ could see the file otherwise:
 - before a getattr, and before a setattr or fallocate (which the kernel still sends),
   whose changes are made to the staging file too, so the open file reads them back.
 
-No other handle can see the file meanwhile: the kernel refuses (EIO) any other open of
-a file while it is open for passthrough, as the open of its creator is. For Swift, that
-is a GET of an object in the ~1 ms between its PUT's linkat and the PUT's close.
+While a file is open for passthrough the kernel refuses (EIO) any other open of it but
+another open for passthrough on the same backing file, which only an OPEN's reply can
+ask for (so with this option files are not opened without a request: the fuse shim
+answers the OPEN of any other file in C). An open for reading gets one (`share`): it
+reads the staging file, which reads as the file does. For Swift, that is a GET of an
+object in the ~1 ms between its PUT's linkat and the PUT's close. An open for writing
+still fails: its bytes and its close could not be told from the creator's.
 
 The kernel sends no write requests for the file, and its RELEASE (an absorb point too)
 may come while a shared mapping still writes to the backing file: packfs learns of
 writes and of the end from inotify on the staging file (IN_MODIFY; IN_CLOSE_WRITE once
-the kernel's backing file is closed, mappings and all, packfs keeping its own
-descriptor until then). An absorb cannot know which bytes changed, so it reads the
+the creator's backing file is closed, mappings and all, packfs keeping its own
+descriptor until then). A staging with readers ends once they are released too, and
+its staging file is then let go, not reused: a reader's mapping may still read it. An absorb cannot know which bytes changed, so it reads the
 staging file through and writes only the chunks whose digests differ from what it took
 last time: a file written once, front to back, is read and written once more. An fsync
 and the close read it through whatever (a shared mapping's stores change neither its
@@ -52,22 +57,24 @@ from zlib_ng.zlib_ng import adler32, crc32
 
 from .disk import Disk
 from .filesystem import FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE
-from .inotify import IN_CLOSE_NOWRITE, IN_CLOSE_WRITE, IN_MODIFY, IN_Q_OVERFLOW, Inotify
+from .inotify import IN_CLOSE_WRITE, IN_MODIFY, IN_Q_OVERFLOW, Inotify
 
 log = logging.getLogger(__name__)
 
 CHUNKS_AHEAD = 4  # whole chunks past what was taken before a background absorb starts
 POOL_MAX = 32  # empty staging files kept for the next creates, with their watches
-_WATCHED = IN_MODIFY | IN_CLOSE_WRITE | IN_CLOSE_NOWRITE
+_WATCHED = IN_MODIFY | IN_CLOSE_WRITE  # (a reader's close is IN_CLOSE_NOWRITE: not the end)
 
 
 class Kernel(Protocol):
     """What staging asks of the FUSE session (the fuse shim's functions in the daemon)."""
 
     def passthrough(self) -> bool: ...
-    def stage(self, fh: int, fd: int) -> bool: ...
+    def stage(self, fh: int, ino: int, fd: int) -> bool: ...
     def staged_id(self, fh: int) -> int: ...
     def unstage(self, fh: int) -> None: ...
+    def share(self, ino: int, fh: int) -> bool: ...
+    def unshare(self, fh: int) -> None: ...
 
 
 class Store(Protocol):
@@ -111,6 +118,9 @@ class Staged:
     digests: list[Digest] = field(default_factory=list)  # per chunk, as last taken
     seen: tuple[int, int] = (0, 0)  # the staging file's size and mtime at the last absorb
     written: bool = False  # the kernel said so (IN_MODIFY) since the last absorb
+    readers: set[int] = field(default_factory=set)  # handles of the opens it shares its backing file with
+    shared: bool = False  # it ever did: its staging file is not reused
+    closed: bool = False  # the creator's backing file is closed (the end, once no reader is left)
     ended: bool = False  # its staging file is given back
     lock: trio.Lock = field(default_factory=trio.Lock)
 
@@ -135,11 +145,13 @@ class Staging:
         self._notify = Inotify()
         self._by_ino: dict[int, Staged] = {}
         self._by_wd: dict[int, Staged] = {}
+        self._by_reader: dict[int, Staged] = {}
         self._pool: list[tuple[int, int]] = []  # (descriptor, watch) of empty staging files
         self._nursery: trio.Nursery | None = None
         self.staged = 0  # files staged since the mount
         self.absorbed_bytes = 0  # bytes written into the store by absorbs
         self.refused = 0  # creates the kernel or the backing filesystem would not stage
+        self.shared = 0  # opens given a staged file's backing file
 
     def __len__(self) -> int:
         return len(self._by_ino)
@@ -156,7 +168,7 @@ class Staging:
         if staging is None:
             return
         fd, wd = staging
-        if not self.kernel.stage(fh, fd):
+        if not self.kernel.stage(fh, ino, fd):
             self.refused += 1
             self._recycle(fd, wd)
             return
@@ -164,6 +176,35 @@ class Staging:
         self._by_ino[ino] = s
         self._by_wd[wd] = s
         self.staged += 1
+
+    def open_for_passthrough(self, ino: int) -> bool:
+        """Whether the kernel may hold the file `ino` open for passthrough: its creator's
+        open, or a reader's after the creator's close."""
+        s = self._by_ino.get(ino)
+        return s is not None and self.kernel.staged_id(s.fh) > 0
+
+    def share(self, ino: int, fh: int) -> bool:
+        """An open of the staged file `ino` answers with handle `fh`: give it the staging
+        file as its backing file too. False if the kernel cannot (see Kernel.share)."""
+        s = self._by_ino.get(ino)
+        if s is None or not self.kernel.share(ino, fh):
+            return False
+        s.readers.add(fh)
+        s.shared = True
+        self._by_reader[fh] = s
+        self.shared += 1
+        return True
+
+    async def unshare(self, fh: int) -> None:
+        """The handle `fh` is released: if a staged file's backing file was shared with it,
+        that staging ends when the creator's is closed and no reader is left."""
+        s = self._by_reader.pop(fh, None)
+        if s is None:
+            return
+        self.kernel.unshare(fh)
+        s.readers.discard(fh)
+        if s.closed and not s.readers:
+            await self._give_back(s, absorb=True)
 
     async def absorb(self, ino: int, verify: bool = False) -> None:
         """Take what the kernel wrote to the file's staging file into the store (a no-op
@@ -207,12 +248,18 @@ class Staging:
                 self.disk.truncate(s.fd, size)
 
     async def end(self, ino: int) -> None:
-        """The kernel closed its backing file (the FUSE file's RELEASE may come before,
-        while a shared mapping of it lasts): take its last bytes, give back its staging
-        file. If the store refuses them (ENOSPC, EIO), the staging stays for the next
-        try, at the latest the mount's end."""
+        """The kernel closed the creator's backing file (the FUSE file's RELEASE may come
+        before, while a shared mapping of it lasts): take its last bytes, give back its
+        staging file, or with readers left, keep it for them. If the store refuses the
+        bytes (ENOSPC, EIO), the staging stays for the next try, at the latest the
+        mount's end."""
         s = self._by_ino.get(ino)
-        if s is not None:
+        if s is None:
+            return
+        if s.readers:
+            s.closed = True
+            await self.absorb(ino, verify=True)
+        else:
             await self._give_back(s, absorb=self.kernel.staged_id(s.fh) >= 0)
 
     async def close(self) -> None:
@@ -295,8 +342,15 @@ class Staging:
             s.ended = True
             del self._by_ino[s.ino]
             del self._by_wd[s.wd]
+            for fh in s.readers:  # (only at the mount's end)
+                self._by_reader.pop(fh, None)
+                self.kernel.unshare(fh)
             self.kernel.unstage(s.fh)
-            self._recycle(s.fd, s.wd)
+            if s.shared:  # a reader's mapping may still read it
+                self._notify.unwatch(s.wd)
+                self.disk.close(s.fd)
+            else:
+                self._recycle(s.fd, s.wd)
         await self.store.release(s.hold)
 
     def _take_events(self) -> None:
@@ -314,7 +368,7 @@ class Staging:
             if mask & IN_MODIFY:
                 s.written = True
                 self._after_write(s)
-            if mask & (IN_CLOSE_WRITE | IN_CLOSE_NOWRITE):
+            if mask & IN_CLOSE_WRITE:
                 self._background(self.end, s.ino)
 
     def _background(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:

@@ -6,7 +6,8 @@ import math
 # FUSE requests the fuse shim answers in C (packfs/_fuseshim.c), which no handler sees and
 # so OpStats does not count: by request, the `packfs stats` key that counts them.
 ANSWERED_IN_SHIM = (("readdir", "listing_ends_answered_in_shim"), ("getxattr", "xattrs_answered_in_shim"),
-                    ("ioctl", "ioctls_answered_in_shim"))
+                    ("ioctl", "ioctls_answered_in_shim"), ("open", "opens_answered_in_shim"),
+                    ("release", "releases_answered_in_shim"))
 
 # Buckets are quarter powers of two of nanoseconds: about 19% wide, 0 ns to ~70 s.
 _BUCKETS = 4 * 36

@@ -102,23 +102,90 @@ def test_what_is_written_after_the_link_is_taken_at_the_close(work, pt):
     assert read_file(work / "f") == b"a" * 10 + b"b" * 1000 + b"a" * (300_000 - 1010) + b"c" * 5000
 
 
-def test_no_other_open_while_the_staged_one_lasts(work, pt):
-    """The kernel's rule for a file open for passthrough: every other open of it fails (EIO)
-    until that one is closed (documented with the option)."""
+def test_a_reader_shares_the_staged_file_and_a_second_writer_fails(work, pt):
+    """While a file is open for passthrough the kernel allows another open of it only for
+    passthrough on the same backing file (EIO otherwise), which packfs gives an open for
+    reading: a Swift GET between its PUT's linkat and the PUT's close reads the object.
+    An open for writing fails, as the kernel would fail it (documented with the option)."""
+    before = stats(pt)["passthrough"]["shared"]
     fd = os.open(work, os.O_TMPFILE | os.O_RDWR, 0o644)
     try:
         os.write(fd, b"a" * 5000)
         link_fd(fd, work / "f")
-        assert os.stat(work / "f").st_size == 5000  # a getattr takes the writes in
-        with raises_errno(errno.EIO):
-            os.open(work / "f", os.O_RDONLY)
-        with raises_errno(errno.EIO):
-            os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
-        os.pwrite(fd, b"b" * 100, 0)
+        reader = os.open(work / "f", os.O_RDONLY)
+        try:
+            assert os.pread(reader, 10000, 0) == b"a" * 5000
+            os.pwrite(fd, b"b" * 100, 0)
+            assert os.pread(reader, 200, 0) == b"b" * 100 + b"a" * 100  # the same backing file
+            with raises_errno(errno.EIO):
+                os.open(work / "f", os.O_RDWR)
+            with raises_errno(errno.EIO):
+                os.open(f"/proc/self/fd/{fd}", os.O_WRONLY)
+            with open(f"/proc/self/fd/{fd}", "rb") as again:
+                assert again.read() == b"b" * 100 + b"a" * 4900
+        finally:
+            os.close(reader)
     finally:
         os.close(fd)
     _wait_for(_ended(pt), "the close was not handled")
     assert read_file(work / "f") == b"b" * 100 + b"a" * 4900
+    assert stats(pt)["passthrough"]["shared"] - before == 2
+
+
+def test_a_reader_outlasts_the_creator_and_ends_the_staging(work, pt):
+    """After the creator's close, while a reader shares the backing file, the file is
+    still open for passthrough: another reader shares it too, and once the last is
+    released the staging ends; the file then opens as any other."""
+    fd = os.open(work, os.O_TMPFILE | os.O_RDWR, 0o644)
+    data = os.urandom(300_000)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+        link_fd(fd, work / "f")
+        reader = os.open(work / "f", os.O_RDONLY)
+    finally:
+        os.close(fd)
+    try:
+        time.sleep(0.2)  # the creator's close is handled: packfs holds the staging for the reader
+        assert stats(pt)["passthrough"]["open"] == 1
+        with open(work / "f", "rb") as second:
+            assert second.read() == data
+        assert os.pread(reader, len(data) + 1, 0) == data
+    finally:
+        os.close(reader)
+    _wait_for(_ended(pt), "the last reader's release did not end the staging")
+    assert read_file(work / "f") == data
+    with open(work / "f", "r+b") as f:  # no longer open for passthrough: writable again
+        f.write(b"z")
+    assert read_file(work / "f") == b"z" + data[1:]
+
+
+def test_other_files_open_through_requests_answered_in_c(work, pt):
+    """With passthrough the kernel must send OPEN (a file open for passthrough is opened
+    again only through an OPEN's reply), so files do not open without a request; the fuse
+    shim answers the OPEN and RELEASE of every other file in C, as the kernel would have
+    opened it itself: they reach no handler, and the file's pages stay cached."""
+    s = stats(pt)
+    assert s["opens_in_shim"] is True and s["zero_message_open"] is False
+
+    def counts() -> tuple[int, int, int, int, int]:
+        s = stats(pt)
+        ops = s["operations"]
+        return (s["opens_answered_in_shim"], s["releases_answered_in_shim"],
+                *(ops.get(op, {}).get("count", 0) for op in ("open", "release", "read")))
+
+    first = counts()
+    with open(work / "f", "wb") as f:  # a create: its RELEASE is answered in C too
+        f.write(b"x" * 10000)
+    created = counts()
+    for _ in range(3):
+        with open(work / "f", "rb") as f:
+            assert f.read() == b"x" * 10000
+    after = counts()
+    assert created[1] - first[1] == 1 and created[2:4] == first[2:4]
+    assert after[0] - created[0] == 3 and after[1] - created[1] == 3  # three opens, three releases
+    assert after[2:4] == created[2:4]  # none reached a handler
+    assert after[4] - created[4] <= 1  # read once at most (the create's writes may have cached it)
 
 
 def test_truncate_and_punch_through_the_staged_handle(work, pt):

@@ -21,12 +21,15 @@ class Kernel:
     def __init__(self, backing_id: int = 1) -> None:
         self.backing_id = backing_id
         self.staged: dict[int, int] = {}  # handle -> staging fd
+        self.inodes: dict[int, int] = {}  # inode -> handle
+        self.shares: dict[int, int] = {}  # a reader's handle -> the staged handle
 
     def passthrough(self) -> bool:
         return True
 
-    def stage(self, fh: int, fd: int) -> bool:
+    def stage(self, fh: int, ino: int, fd: int) -> bool:
         self.staged[fh] = fd
+        self.inodes[ino] = fh
         return True
 
     def staged_id(self, fh: int) -> int:
@@ -34,10 +37,21 @@ class Kernel:
 
     def unstage(self, fh: int) -> None:
         del self.staged[fh]
+        assert fh not in self.shares.values(), "a backing id given back while a reader's reply waits"
 
-    def open_backing(self, fh: int) -> int:
-        """The kernel's own open of the staging file (the passthrough open)."""
-        return os.open(f"/proc/self/fd/{self.staged[fh]}", os.O_RDWR)
+    def share(self, ino: int, fh: int) -> bool:
+        if self.backing_id <= 0 or ino not in self.inodes or self.inodes[ino] not in self.staged:
+            return False
+        self.shares[fh] = self.inodes[ino]
+        return True
+
+    def unshare(self, fh: int) -> None:
+        self.shares.pop(fh, None)
+
+    def open_backing(self, fh: int, flags: int = os.O_RDWR) -> int:
+        """The kernel's own open of the staging file (a passthrough open: the creator's, or
+        with O_RDONLY a reader's)."""
+        return os.open(f"/proc/self/fd/{self.staged[fh]}", flags)
 
 
 class Store:
@@ -204,5 +218,63 @@ def test_a_staging_file_is_reused_only_once_the_kernel_closed_it(tmp_path):
         assert os.fstat(kernel.staged[FH + 2]).st_ino == file  # emptied and reused now
         assert os.fstat(kernel.staged[FH + 2]).st_size == 0
         assert 6 in staging and 7 in staging
+
+    run(tmp_path, body)
+
+
+def test_a_reader_shares_the_backing_file_and_outlasts_the_creator(tmp_path):
+    async def body(staging: Staging, kernel: Kernel, store: Store) -> None:
+        staging.begin(5, FH, privileged=True)
+        file = os.fstat(kernel.staged[FH]).st_ino
+        backing = kernel.open_backing(FH)
+        os.pwrite(backing, b"a" * 5000, 0)
+        assert staging.open_for_passthrough(5) and not staging.open_for_passthrough(6)
+        assert staging.share(5, 500) and not staging.share(6, 501)
+        reader = kernel.open_backing(FH, os.O_RDONLY)
+        os.close(backing)  # the creator's close: the reader still reads the staging file
+        await _until(lambda: store.content == b"a" * 5000)
+        assert 5 in staging and staging.open_for_passthrough(5)
+        assert staging.share(5, 502)  # a reader after the creator's close shares it too
+        await staging.unshare(502)
+        assert 5 in staging
+        assert os.pread(reader, 10, 4995) == b"a" * 5
+        await staging.unshare(500)  # the last reader's release ends it
+        assert 5 not in staging and store.opens == 0 and kernel.shares == {}
+        staging.begin(7, FH + 2, privileged=True)
+        assert os.fstat(kernel.staged[FH + 2]).st_ino != file  # its staging file is not reused
+        assert os.pread(reader, 5000, 0) == b"a" * 5000  # nor emptied
+        os.close(reader)
+        assert staging.shared == 2
+
+    run(tmp_path, body)
+
+
+def test_a_readers_close_is_not_the_end(tmp_path):
+    async def body(staging: Staging, kernel: Kernel, store: Store) -> None:
+        staging.begin(5, FH, privileged=True)
+        backing = kernel.open_backing(FH)
+        assert staging.share(5, 500)
+        reader = kernel.open_backing(FH, os.O_RDONLY)
+        os.close(reader)  # IN_CLOSE_NOWRITE
+        await staging.unshare(500)
+        await trio.sleep(0.1)
+        assert 5 in staging
+        os.pwrite(backing, b"b" * 100, 0)
+        os.close(backing)
+        await _until(lambda: 5 not in staging)
+        assert store.content == b"b" * 100
+
+    run(tmp_path, body)
+
+
+def test_readers_left_at_the_mount_end_are_let_go(tmp_path):
+    async def body(staging: Staging, kernel: Kernel, store: Store) -> None:
+        staging.begin(5, FH, privileged=True)
+        backing = kernel.open_backing(FH)
+        os.pwrite(backing, b"c" * 10, 0)
+        assert staging.share(5, 500)
+        await staging.close()
+        assert 5 not in staging and store.content == b"c" * 10 and kernel.shares == {}
+        os.close(backing)
 
     run(tmp_path, body)
