@@ -337,10 +337,12 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def release(self, fh: int) -> None:
-        await self._absorb(fh)  # (its staging ends when the kernel closes its backing file)
-        if self.staging:
-            await self.staging.unshare(fh)
-        await self.fs.release(fh)
+        try:
+            await self._absorb(fh)  # (its staging ends when the kernel closes its backing file)
+            if self.staging:
+                await self.staging.unshare(fh)
+        finally:
+            await self.fs.release(fh)  # the kernel's handle is gone whatever an absorb met
 
     @_op
     async def fsync(self, fh: int, datasync: bool) -> None:

@@ -27,17 +27,19 @@ may come while a shared mapping still writes to the backing file: packfs learns 
 writes and of the end from inotify on the staging file (IN_MODIFY; IN_CLOSE_WRITE once
 the creator's backing file is closed, mappings and all, packfs keeping its own
 descriptor until then). A staging with readers ends once they are released too, and
-its staging file is then let go, not reused: a reader's mapping may still read it. An absorb cannot know which bytes changed, so it reads the
-staging file through and writes only the chunks whose digests differ from what it took
-last time: a file written once, front to back, is read and written once more. An fsync
-and the close read it through whatever (a shared mapping's stores change neither its
-size nor, after the first, its mtime); the other points only when the file's size or
-mtime moved or the kernel said it was written, and otherwise return without a turn of
-the event loop. While a large file is written, whole chunks past what was taken are
-absorbed in the background, so the log's writes overlap the upload instead of
-following it. Staging files the kernel has closed are truncated and kept for the next
-creates (POOL_MAX), with their watches: a file with no name costs the backing filesystem
-a journaled allocation and a release each.
+its staging file is then let go, not reused: a reader's mapping may still read it.
+
+An absorb cannot know which bytes changed, so it reads the staging file through and
+writes only the chunks whose digests differ from what it took last time: a file written
+once, front to back, is read and written once more. An fsync and the close read it
+through whatever (a shared mapping's stores change neither its size nor, after the
+first, its mtime); the other points only when the file's size or mtime moved or the
+kernel said it was written, and otherwise return without a turn of the event loop. While
+a large file is written, whole chunks past what was taken are absorbed in the
+background, so the log's writes overlap the upload instead of following it. Staging
+files the kernel has closed are truncated and kept for the next creates (POOL_MAX), with
+their watches: a file with no name costs the backing filesystem a journaled allocation
+and a release each.
 
 What an absorb has not taken yet is what the write-behind has not flushed: a crash may
 lose it, an fsync never does. A staging file costs its bytes on the backing filesystem
