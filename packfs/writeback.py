@@ -240,7 +240,7 @@ class WriteBehind:
                 return b""
             extents = node.extent_list()
             plan = list(ext.pieces(extents, offset, end))
-            parts = []
+            parts: list[tuple[int, memoryview]] = []  # (file offset, bytes of a record)
             for pos, length, e in plan:
                 if e is not None:
                     start = e[4] + (pos - e[0])
