@@ -204,7 +204,8 @@ def share(ino: int, fh: int) -> bool:
     """The OPEN of the staged file `ino` about to answer with handle `fh` opens it for
     passthrough too, with the same backing file: while a file is open for passthrough the
     kernel refuses (EIO) any other open of it. False if the file is not open for
-    passthrough (its open went ahead without a backing file)."""
+    passthrough (its open went ahead without a backing file) or too many such replies
+    wait to go out."""
     return _lib is not None and bool(_lib.packfs_shim_share(ino, fh))
 
 
