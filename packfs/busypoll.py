@@ -42,6 +42,8 @@ class BusyPoll:
         self.quiet = quiet  # False while polling would starve another thread
         self.last = 0  # perf_counter_ns of the last request served
         self.spins = 0  # polls made (`packfs stats`: busy_poll_turns)
+        self.caught = 0  # windows in which a request came (busy_poll_caught)
+        self.expired = 0  # windows that closed with none: the loop slept (busy_poll_expired)
 
     def touch(self) -> None:
         """A request was just served."""
@@ -60,8 +62,10 @@ class BusyPoll:
             while True:
                 spins += 1
                 if queue.poll(0):
+                    self.caught += 1
                     return True
                 if time.perf_counter_ns() >= deadline:
+                    self.expired += 1
                     return False
                 os.sched_yield()
         finally:

@@ -243,7 +243,8 @@ def format_stats(s: dict) -> str:
                             else "read and written in Python (the C part, packfs/_swiftform.c, is not built: "
                             "the first getxattr of a Swift GET takes the daemon 60-130 µs more)"),
         f"event loop     {s['fuse_waits_skipped']:>12,}   requests read without a wait (drain), "
-        f"{s['busy_poll_turns']:,} polls for a request (busy polling)",
+        f"{s['busy_poll_turns']:,} polls for a request (busy polling): a request came in "
+        f"{s['busy_poll_caught']:,} windows, {s['busy_poll_expired']:,} closed with none",
         "directories    " + ("open without a request; the kernel caches their listings"
                             if s["zero_message_opendir"] else "opened by a FUSE request each (no fuse shim)"),
         f"listing ends   {s['listing_ends_answered_in_shim']:>12,}   readdirs after a listing's last entry, "

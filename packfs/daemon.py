@@ -177,6 +177,7 @@ class Daemon:
         async def on_control(command: str) -> dict:
             if command == "stats":
                 return {**await fs.stats(), "operations": ops.opstats.report(), "busy_poll_turns": ops.busypoll.spins,
+                        "busy_poll_caught": ops.busypoll.caught, "busy_poll_expired": ops.busypoll.expired,
                         "zero_message_opendir": fuseshim.zero_message_opendir(),
                         "zero_message_open": fuseshim.zero_message_open(),
                         "opens_in_shim": fuseshim.opens_in_c(),

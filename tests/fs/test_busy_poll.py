@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 from fsutil import write_file
 from mounts import PACKFS, mounted, stats
@@ -10,6 +11,11 @@ from mounts import PACKFS, mounted, stats
 
 def _turns(mnt) -> int:
     return stats(mnt)["busy_poll_turns"]
+
+
+def _windows(mnt) -> tuple[int, int]:
+    s = stats(mnt)
+    return s["busy_poll_caught"], s["busy_poll_expired"]
 
 
 def _stat_loop(mnt) -> None:
@@ -26,12 +32,18 @@ def test_the_default_polls_after_requests(tmp_path, packdir):
     with mounted(packdir, tmp_path / "mnt") as m:
         _stat_loop(m)
         assert _turns(m) > 0
+        caught, expired = _windows(m)
+        assert caught > 0  # the loop's next listxattr came within a window
+        os.listxattr(m / "f")  # a request after which none comes (`stats` sends none)
+        time.sleep(0.01)
+        assert _windows(m)[1] > expired
 
 
 def test_zero_turns_busy_polling_off(tmp_path, packdir):
     with mounted(packdir, tmp_path / "mnt", "busy_poll_us=0") as m:
         _stat_loop(m)
         assert _turns(m) == 0
+        assert _windows(m) == (0, 0)
 
 
 def test_a_negative_window_is_refused(tmp_path, packdir):
