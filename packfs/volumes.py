@@ -203,17 +203,28 @@ class Volumes:
         if self.tail + self.reserved + nbytes + keep <= self.allocated:
             return
         async with self._grow_lock_for_writer():
-            if self.tail + nbytes > self.volume_size and self.tail > 0:
-                await self._roll_over()
-            need = self.tail + self.reserved + nbytes + keep
-            if need <= self.allocated:
-                return
-            preferred = max(need, min(self.allocated + PREALLOC_STEP, self._limit))
             try:
+                if self.tail + nbytes > self.volume_size and self.tail > 0:
+                    await self._roll_over()
+                need = self.tail + self.reserved + nbytes + keep
+                if need <= self.allocated:
+                    return
+                preferred = max(need, min(self.allocated + PREALLOC_STEP, self._limit))
                 await self._grow_to(need, preferred, metadata, zeros=False)
             except OSError as e:
-                raise FsError(e.errno or errno.EIO, "cannot grow the active volume") from e
+                raise self._grow_failed(e) from e
             self._grow_wanted.set()  # and the rest in the background
+
+    def _grow_failed(self, e: OSError) -> FsError:
+        """What a writer hears when the log cannot grow or roll over. A backing disk that
+        fails (EIO) or has gone read-only (EROFS: ext4 aborts itself on metadata errors)
+        breaks the log as a failed write would, so this change and every later one fail
+        with EIO; ENOSPC and other refusals leave the log as it is."""
+        err = e.errno or errno.EIO
+        if err in (errno.EIO, errno.EROFS):
+            self._break(err)
+            return FsError(errno.EIO, f"cannot grow the active volume: {e}")
+        return FsError(err, "cannot grow the active volume")
 
     @contextlib.asynccontextmanager
     async def _grow_lock_for_writer(self):

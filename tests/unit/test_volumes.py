@@ -94,6 +94,36 @@ def test_a_writer_that_outran_the_zeros_gets_its_step_fallocated(tmp_path):
     v.close()
 
 
+class RefusingDisk(Disk):
+    """The real disk, on which no volume can grow: every allocation fails with `err`."""
+
+    def __init__(self, err: int) -> None:
+        super().__init__()
+        self.err = err
+
+    def allocate(self, fd: int, offset: int, length: int, zeros: bool = True) -> None:
+        raise OSError(self.err, os.strerror(self.err))
+
+
+@pytest.mark.parametrize("err, heard, breaks", [(errno.EROFS, errno.EIO, True), (errno.EIO, errno.EIO, True),
+                                                (errno.ENOSPC, errno.ENOSPC, False)])
+def test_a_volume_that_cannot_grow(tmp_path, err, heard, breaks):
+    """A backing filesystem that fails or went read-only (ext4 aborted) under the mount
+    breaks the log when a writer needs the volume to grow, as a failed write would: EIO
+    now and for every later change. A full disk is ENOSPC, and the log stays whole."""
+    v = volumes(tmp_path, disk=RefusingDisk(err))
+
+    async def body() -> None:
+        for _ in range(2):  # the writer that met it, and the next one
+            with pytest.raises(FsError) as e:
+                await v.ensure_space(records.footprint(10_000))
+            assert e.value.errno == heard
+        assert v.broken == (err if breaks else 0)
+
+    serve(v, body, preallocate=False)
+    v.close()
+
+
 class SlowZerosDisk(Disk):
     """The real disk, whose zeros take `delay` seconds a piece (a slow-flush day), noting
     each allocation as (offset, length, zeros)."""
