@@ -14,7 +14,7 @@ from typing import Iterable, Iterator
 import apsw
 
 from . import FORMAT_VERSION, READABLE_FORMATS, image
-from .inodes import InodeRow
+from .inoderow import InodeRow
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value) WITHOUT ROWID;

@@ -26,6 +26,7 @@ from . import extents as ext
 from . import xattrstore
 from .arena import CountedArena
 from .dirents import PACKED_MAX, PackedEntries, name_of, pack_small, small_get, small_items, stored_name
+from .inoderow import InodeRow
 from .offsettimes import FAR, OffsetTimes
 from .xattrblob import iter_xattrs, pack_xattrs, unpack_xattrs
 from .xattrstore import IN_CATALOG, XattrStore
@@ -33,13 +34,6 @@ from .xattrstore import IN_CATALOG, XattrStore
 log = logging.getLogger(__name__)
 
 ROOT = 1
-
-# A snapshot of one inode, as the journal and the catalog store it:
-# (ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, xattrs, extents, parent)
-# with xattrs and extents in their packed forms (see pack_xattrs and extents.pack). In a
-# journal row a long map may instead be a list: its edits since the previous row (extents.pack_edits).
-InodeRow = tuple
-
 
 # Each column's array typecode. Inode numbers (kid, a parent) are below INO_MAX, so u32.
 # A slot is 30 B. `kid` and `kname` hold a directory's one entry. In anything else,

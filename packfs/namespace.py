@@ -17,7 +17,8 @@ from typing import Callable, Iterable, Iterator
 from . import extents as ext
 from .changes import Changes, PendingChanges
 from .errors import FsError, enoent
-from .inodes import INO_MAX, ROOT, Inode, InodeRow, InodeTable
+from .inoderow import InodeRow
+from .inodes import INO_MAX, ROOT, Inode, InodeTable
 from .xattrblob import XATTRS_MAX, packed_size
 
 NAME_MAX = 255

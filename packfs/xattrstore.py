@@ -22,13 +22,11 @@ import logging
 import operator
 import stat
 from array import array
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from .arena import CountedArena
+from .inoderow import InodeRow
 from .xattrblob import compressed, compressible, is_compressed, plain
-
-if TYPE_CHECKING:
-    from .inodes import InodeRow
 
 log = logging.getLogger(__name__)
 
