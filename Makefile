@@ -22,7 +22,7 @@ $(STAMPS)/apt:
 	fi
 	@touch $@
 
-$(STAMPS)/venv: $(STAMPS)/apt pyproject.toml setup.py packfs/_fuseshim.c packfs/_logwriter.c packfs/_swiftform.c
+$(STAMPS)/venv: $(STAMPS)/apt pyproject.toml setup.py packfs/fuse/_fuseshim.c packfs/store/_logwriter.c packfs/swiftmeta/_swiftform.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,swift,bench]'
@@ -35,7 +35,8 @@ test: setup
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(STAMPS) build *.egg-info packfs/*.so
+	rm -rf $(STAMPS) build *.egg-info
+	find packfs -name '*.so' -delete
 
 # Feature targets live in mk/: demo and Swift (mk/swift.mk), benchmarks (mk/bench.mk), crash campaign.
 include $(wildcard mk/*.mk)

@@ -1,5 +1,5 @@
 """Builds packfs's three C parts: _fuseshim.c, what packfs asks of libfuse beyond pyfuse3
-(packfs/fuseshim.py), _logwriter.c, the volume log's writer thread (packfs/logwriter.py), and
+(packfs/fuse/fuseshim.py), _logwriter.c, the volume log's writer thread (packfs/store/logwriter.py), and
 _swiftform.c, Swift's metadata made again from the form xattrblob.py stores it in.
 
 Everything else about the package is in pyproject.toml."""
@@ -17,10 +17,10 @@ def _fuse3_include_dirs() -> list[str]:
     return [f[2:] for f in flags if f.startswith("-I")]
 
 
-setup(ext_modules=[Extension("packfs._fuseshim", ["packfs/_fuseshim.c"], include_dirs=_fuse3_include_dirs(),
+setup(ext_modules=[Extension("packfs.fuse._fuseshim", ["packfs/fuse/_fuseshim.c"], include_dirs=_fuse3_include_dirs(),
                              libraries=["fuse3", "dl"], extra_compile_args=["-O2", "-Wall", "-Werror"],
                              optional=True),
-                   Extension("packfs._logwriter", ["packfs/_logwriter.c"],
+                   Extension("packfs.store._logwriter", ["packfs/store/_logwriter.c"],
                              extra_compile_args=["-O2", "-Wall", "-Werror"], optional=True),
-                   Extension("packfs._swiftform", ["packfs/_swiftform.c"], libraries=["z", "m"],
+                   Extension("packfs.swiftmeta._swiftform", ["packfs/swiftmeta/_swiftform.c"], libraries=["z", "m"],
                              extra_compile_args=["-O2", "-Wall", "-Werror"], optional=True)])

@@ -20,8 +20,8 @@ import stat
 import threading
 import time
 
-from packfs.catalog import Catalog
-from packfs.xattrblob import pack_xattrs
+from packfs.core.catalog import Catalog
+from packfs.namespace.xattrblob import pack_xattrs
 
 
 def checkpoint_gap(cat: Catalog, first: int, rows: int) -> dict:

@@ -19,8 +19,8 @@ import stat
 import statistics
 import time
 
-from packfs import xattrstore
-from packfs.namespace import ROOT, Namespace
+from packfs.namespace import xattrstore
+from packfs.namespace.namespace import ROOT, Namespace
 
 
 def build(files: int, size: int) -> Namespace:

@@ -1,8 +1,14 @@
 """packfs: a FUSE filesystem that packs file contents into append-only volumes.
 
-Layers, top to bottom (imports only point down):
-  ops (pyfuse3 adapter) -> filesystem (core facade) -> namespace, writeback, journal
-  -> volumes, catalog -> records, disk.
+Layers, top to bottom; imports only point down (tests/unit/test_layers.py checks it):
+
+  cli.py                  the command line
+  fuse/      fsck/        the FUSE adapter (the only user of pyfuse3); the offline checker
+  core/                   Filesystem, write-behind, journal, catalog, recovery, opening a pack
+  namespace/              the in-memory inode table
+  store/     swiftmeta/   volumes of records and their writer; Swift's metadata codec
+  store/disk.py           the only module that does OS IO on the pack
+  errors.py, options.py, stats.py: plain values any layer may use
 """
 
 __version__ = "0.1.0"

@@ -12,8 +12,10 @@ import sys
 import time
 from typing import NoReturn
 
-from . import __version__, control, pack
-from .disk import Disk
+from . import __version__
+from .fuse import control
+from .core import pack
+from .store.disk import Disk
 from .options import OptionError, Options
 
 
@@ -102,7 +104,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
         die(str(e))
     _check_mountpoint(mountpoint)
     _prepare_packdir(packdir)
-    from .daemon import Daemon  # pyfuse3 is needed only by the daemon
+    from .fuse.daemon import Daemon  # pyfuse3 is needed only by the daemon
     daemon = Daemon(packdir, mountpoint, opts)
     if args.foreground:
         _setup_logging(packdir, True, opts.debug)
@@ -238,9 +240,9 @@ def format_stats(s: dict) -> str:
         + f", {_size(s['dirty_bytes'])} of data buffered; {s['pending_checkpoint_inodes']:,} inode changes "
         "wait for the next checkpoint",
         "log writer     " + ("a C thread (never takes the GIL)" if s.get("log_writer") == "c"
-                            else "a Python thread (the C part, packfs/_logwriter.c, is not built)"),
+                            else "a Python thread (the C part, packfs/store/_logwriter.c, is not built)"),
         "swift form     " + ("read and written in C" if s.get("swift_form_codec") == "c"
-                            else "read and written in Python (the C part, packfs/_swiftform.c, is not built: "
+                            else "read and written in Python (the C part, packfs/swiftmeta/_swiftform.c, is not built: "
                             "the first getxattr of a Swift GET takes the daemon 60-130 µs more)"),
         f"event loop     {s['fuse_waits_skipped']:>12,}   requests read without a wait (drain), "
         f"{s['busy_poll_turns']:,} polls for a request (busy polling): a request came in "

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-# FUSE requests the fuse shim answers in C (packfs/_fuseshim.c), which no handler sees and
+# FUSE requests the fuse shim answers in C (packfs/fuse/_fuseshim.c), which no handler sees and
 # so OpStats does not count: by request, the `packfs stats` key that counts them.
 ANSWERED_IN_SHIM = (("readdir", "listing_ends_answered_in_shim"), ("getxattr", "xattrs_answered_in_shim"),
                     ("ioctl", "ioctls_answered_in_shim"), ("open", "opens_answered_in_shim"),

@@ -1,4 +1,4 @@
-"""A `packfs.disk.Disk` that keeps volume files in memory, records every backing
+"""A `packfs.store.disk.Disk` that keeps volume files in memory, records every backing
 operation, simulates a power cut and injects I/O errors.
 
 In the style of RocksDB's FaultInjectionTestFS and SQLite's crash tests:
@@ -38,7 +38,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from packfs.disk import Disk
+from packfs.store.disk import Disk
 
 PAGE = 4096
 ZERO_PAGE = bytes(PAGE)

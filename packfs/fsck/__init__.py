@@ -26,7 +26,7 @@ pack consistent without losing any intact fsync'd file: files whose records are 
 move to /lost+found/#<inode> with the damaged ranges as holes and described in the
 xattr user.packfs.fsck; unreachable inodes go to /lost+found too; dangling entries,
 link counts and shared-record counts are fixed; then one catalog checkpoint is written
-(packfs.catalog), and only after it orphans, stale journal records and damaged blocks
+(packfs.core.catalog), and only after it orphans, stale journal records and damaged blocks
 are punched. Each step is safe to interrupt: until the checkpoint commits, the pack is
 as it was (plus the tail cut mount would make anyway); after it, only unreferenced
 blocks are punched, and a second run punches whatever the first did not get to.
@@ -40,8 +40,8 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from .. import pack as packmod
-from ..disk import Disk
+from ..core import pack as packmod
+from ..store.disk import Disk
 from .check import check_pack
 from .repair import XATTR, repair_pack
 from .report import QUIET, Progress, Report

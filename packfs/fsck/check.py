@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .. import pack as packmod
-from .. import records
-from ..catalog import CatalogError
-from ..disk import Disk
-from ..namespace import Namespace
-from ..recovery import PackDamaged, load_namespace, replay
-from ..volumes import Volumes, volume_name
+from ..core import pack as packmod
+from ..store import records
+from ..core.catalog import CatalogError
+from ..store.disk import Disk
+from ..namespace.namespace import Namespace
+from ..core.recovery import PackDamaged, load_namespace, replay
+from ..store.volumes import Volumes, volume_name
 from .crosscheck import cross_check
 from .replay import ReadOnlyDisk, commits_after, dead_listed, open_catalog, release_orphans, replay_tolerant
 from .report import QUIET, Finding, Progress, Report

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .. import extents as ext
-from .. import records
+from ..store import extents as ext
+from ..store import records
 from ..errors import FsError
-from ..inodes import ROOT, Inode
-from ..namespace import Namespace
-from ..volumes import volume_name
+from ..namespace.inodes import ROOT, Inode
+from ..namespace.namespace import Namespace
+from ..store.volumes import volume_name
 from .report import Finding
 from .scan import BLOCK, Scan, Scanned
 

@@ -8,13 +8,14 @@ import stat
 from collections import defaultdict
 from typing import Callable
 
-from .. import extents as ext
-from .. import journal, records
-from ..disk import Disk
-from ..inodes import ROOT, Inode
-from ..namespace import Namespace
-from ..recovery import load_namespace, replay
-from ..volumes import Volumes, volume_name
+from ..store import extents as ext
+from ..core import journal
+from ..store import records
+from ..store.disk import Disk
+from ..namespace.inodes import ROOT, Inode
+from ..namespace.namespace import Namespace
+from ..core.recovery import load_namespace, replay
+from ..store.volumes import Volumes, volume_name
 from .check import State
 from .crosscheck import cross_check, describe, extent_problem, paths_of
 from .replay import dead_listed, open_catalog, release_orphans, replay_tolerant

@@ -7,12 +7,13 @@ import os
 
 import apsw
 
-from .. import journal, records
-from ..catalog import Catalog, CatalogError
-from ..disk import Disk
-from ..namespace import Namespace
-from ..recovery import _batch_intact, read_record
-from ..volumes import Volumes
+from ..core import journal
+from ..store import records
+from ..core.catalog import Catalog, CatalogError
+from ..store.disk import Disk
+from ..namespace.namespace import Namespace
+from ..core.recovery import _batch_intact, read_record
+from ..store.volumes import Volumes
 from .scan import Scan
 
 

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 from zlib_ng.zlib_ng import crc32
 
-from .. import records
-from ..disk import Disk
-from ..volumes import Volumes, volume_name
+from ..store import records
+from ..store.disk import Disk
+from ..store.volumes import Volumes, volume_name
 from .report import QUIET, Progress
 
 BLOCK = records.BLOCK

@@ -1,4 +1,4 @@
-"""The power-cut campaign: a seeded random workload on packfs.filesystem.Filesystem (no
+"""The power-cut campaign: a seeded random workload on packfs.core.filesystem.Filesystem (no
 FUSE) over a FaultDisk, then a power cut at every flush boundary and at random points
 between, real mount-time recovery on each crashed image, and a check of everything the
 durability contract guarantees.
@@ -26,7 +26,7 @@ One run of a seed:
    checkpoint transaction is atomic) are marked in the disk's trace.
 3. For each chosen crash point (an index into the trace), rebuild the disk as it was
    there, cut the power (durable images plus a random subset of the unflushed writes,
-   some torn), write the catalog as of that instant, recover with packfs.pack.open_pack
+   some torn), write the catalog as of that instant, recover with packfs.core.pack.open_pack
    and Filesystem.start (the post-recovery checkpoint), read the whole tree back, close,
    and check:
 
@@ -91,14 +91,14 @@ import trio  # noqa: E402
 
 from faultdisk import FaultDisk  # noqa: E402
 from packfs import fsck as fsckmod  # noqa: E402
-from packfs import pack as packmod  # noqa: E402
+from packfs.core import pack as packmod  # noqa: E402
 from packfs.errors import FsError  # noqa: E402
-from packfs.filesystem import (FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE,  # noqa: E402
+from packfs.core.filesystem import (FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE,  # noqa: E402
                                Filesystem, Setattr)
-from packfs.namespace import RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT  # noqa: E402
-from packfs import volumes as volumes_mod  # noqa: E402
+from packfs.namespace.namespace import RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT  # noqa: E402
+from packfs.store import volumes as volumes_mod  # noqa: E402
 from packfs.fsck import scan as fsck_scan  # noqa: E402
-from packfs.logwriter import ThreadWriter  # noqa: E402
+from packfs.store.logwriter import ThreadWriter  # noqa: E402
 from packfs.options import Options  # noqa: E402
 
 KiB = 1 << 10

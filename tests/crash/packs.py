@@ -13,11 +13,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import trio  # noqa: E402
 
-from packfs import pack as packmod  # noqa: E402
-from packfs.disk import Disk  # noqa: E402
+from packfs.core import pack as packmod  # noqa: E402
+from packfs.store.disk import Disk  # noqa: E402
 from packfs.errors import FsError  # noqa: E402
-from packfs.filesystem import Filesystem  # noqa: E402
-from packfs.namespace import ROOT  # noqa: E402
+from packfs.core.filesystem import Filesystem  # noqa: E402
+from packfs.namespace.namespace import ROOT  # noqa: E402
 from packfs.options import Options  # noqa: E402
 
 KiB = 1 << 10

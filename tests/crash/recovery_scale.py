@@ -3,7 +3,7 @@
     python tests/crash/recovery_scale.py [--files 1000000] [--dir run/recovery-scale]
     make recovery-scale [RECOVERY_FILES=1000000]
 
-Builds a pack through the core (packfs.filesystem, real Disk, default mount options) in
+Builds a pack through the core (packfs.core.filesystem, real Disk, default mount options) in
 a Swift-like layout: FILES small objects of SIZE bytes, each with a user.swift.metadata
 xattr, spread over directories, committed (fsync) every FSYNC_EVERY files -- a group
 commit, as concurrent Swift PUTs give. Checkpoints happen where the default policy puts
@@ -33,9 +33,9 @@ sys.path.insert(0, str(HERE.parent.parent))
 
 import trio  # noqa: E402
 
-from packfs import pack as packmod  # noqa: E402
-from packfs.disk import Disk  # noqa: E402
-from packfs.filesystem import Filesystem  # noqa: E402
+from packfs.core import pack as packmod  # noqa: E402
+from packfs.store.disk import Disk  # noqa: E402
+from packfs.core.filesystem import Filesystem  # noqa: E402
 from packfs.options import Options  # noqa: E402
 
 CHECKPOINT_INODES = 200_000  # journal.commit's trigger

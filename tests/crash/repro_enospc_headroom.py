@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from faultdisk import FaultDisk  # noqa: E402
 from packfs.errors import FsError  # noqa: E402
-from packfs.volumes import HEADROOM  # noqa: E402
+from packfs.store.volumes import HEADROOM  # noqa: E402
 from packs import KiB, run, small_options, write_file  # noqa: E402
 
 MiB = 1 << 20

@@ -24,9 +24,9 @@ import trio  # noqa: E402
 
 import campaign  # noqa: E402
 from faultdisk import FaultDisk  # noqa: E402
-from packfs import pack as packmod  # noqa: E402
+from packfs.core import pack as packmod  # noqa: E402
 from packfs.errors import FsError  # noqa: E402
-from packfs.filesystem import Filesystem  # noqa: E402
+from packfs.core.filesystem import Filesystem  # noqa: E402
 from packs import KiB, write_file  # noqa: E402
 
 

@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import trio  # noqa: E402
 
 from faultdisk import FaultDisk  # noqa: E402
-from packfs import pack as packmod  # noqa: E402
+from packfs.core import pack as packmod  # noqa: E402
 from packfs.errors import FsError  # noqa: E402
-from packfs.filesystem import Filesystem  # noqa: E402
+from packfs.core.filesystem import Filesystem  # noqa: E402
 from packs import KiB, small_options, write_file  # noqa: E402
 
 

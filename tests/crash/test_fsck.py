@@ -10,8 +10,10 @@ import apsw
 import pytest
 
 from faultdisk import FaultDisk
-from packfs import fsck, pack, records
-from packfs.disk import Disk
+from packfs import fsck
+from packfs.core import pack
+from packfs.store import records
+from packfs.store.disk import Disk
 from packs import KiB, lookup, run, small_options, tree, write_file
 
 WRITES = ("pwrite", "truncate", "punch", "allocate", "fdatasync", "create", "fsync_dir")
@@ -376,7 +378,7 @@ def test_xattrs_that_do_not_read_back_are_named_and_kept(tmp_path: Path, monkeyp
     import hashlib
     import pickle
 
-    from packfs import xattrblob
+    from packfs.namespace import xattrblob
     meta = pickle.dumps({b"name": b"/AUTH_test/c/o", b"X-Timestamp": b"1763872345.12345"}, 2)
     swift = {b"user.swift.metadata": meta, b"user.swift.metadata_checksum": hashlib.md5(meta).hexdigest().encode()}
 

@@ -10,11 +10,12 @@ import pytest
 import trio
 
 from faultdisk import FaultDisk
-from packfs import fsck, records
-from packfs import pack as packmod
+from packfs import fsck
+from packfs.store import records
+from packfs.core import pack as packmod
 from packfs.errors import FsError
-from packfs.filesystem import Filesystem
-from packfs.volumes import CROWDED_HOLD, META_RESERVE
+from packfs.core.filesystem import Filesystem
+from packfs.store.volumes import CROWDED_HOLD, META_RESERVE
 from packs import KiB, lookup, read_file, run, small_options, tree, write_file
 
 MiB = 1 << 20

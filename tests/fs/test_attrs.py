@@ -324,7 +324,8 @@ def test_xattrs_read_back_from_the_catalog_after_a_checkpoint(tmp_path):
     are read from the catalog, changed, and checkpointed again."""
     from mounts import mounted
 
-    from packfs import control, pack
+    from packfs.fuse import control
+    from packfs.core import pack
 
     with mounted(tmp_path / "pack", tmp_path / "mnt", "noxattrs_in_memory") as work:
         pack_id = pack.read_marker(str(tmp_path / "pack"))["pack_id"]

@@ -14,7 +14,8 @@ import pytest
 from fsutil import repeat_concurrently
 from mounts import mounted
 
-from packfs import control, pack
+from packfs.fuse import control
+from packfs.core import pack
 
 WORKERS = 6
 SECONDS = 5.0

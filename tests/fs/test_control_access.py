@@ -5,7 +5,8 @@ from __future__ import annotations
 from fsutil import as_user
 from mounts import stats
 
-from packfs import control, pack
+from packfs.fuse import control
+from packfs.core import pack
 
 
 def test_another_user_can_neither_checkpoint_nor_count(packdir, mnt):

@@ -1,4 +1,4 @@
-"""Zero-message opendir (option dircache, packfs/fuseshim.py) on a real mount.
+"""Zero-message opendir (option dircache, packfs/fuse/fuseshim.py) on a real mount.
 
 The point is fewer FUSE requests: no OPENDIR or RELEASEDIR at all, and a directory
 listed again while unchanged is answered by the kernel's cache. The promise is that

@@ -1,4 +1,4 @@
-"""Zero-message open (option filecache, packfs/fuseshim.py) on a real mount.
+"""Zero-message open (option filecache, packfs/fuse/fuseshim.py) on a real mount.
 
 The point is fewer FUSE requests: an open of an existing file sends no OPEN, its close no
 RELEASE, and a file read again is still answered from the kernel's cache. The promise is that

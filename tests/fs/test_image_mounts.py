@@ -13,7 +13,9 @@ from fsutil import fsync_dir, read_file, snapshot_tree, write_file
 from mounts import PACKFS, kill9, mounted
 from test_bulk import _build_tree
 
-from packfs import control, image, pack
+from packfs.fuse import control
+from packfs.namespace import image
+from packfs.core import pack
 
 
 def loaded_from(packdir: Path) -> str:

@@ -282,7 +282,8 @@ def test_kill9_keeps_fsynced_metadata(tmp_path, packdir, options):
     from fsutil import fsync_dir, snapshot_tree
     from test_bulk import _build_tree
 
-    from packfs import control, pack
+    from packfs.fuse import control
+    from packfs.core import pack
 
     mnt = tmp_path / "mnt"
     with mounted(packdir, mnt, options):

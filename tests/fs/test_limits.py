@@ -10,7 +10,8 @@ import pytest
 from fsutil import fsync_dir, raises_errno, read_file, write_file
 from mounts import daemon_pid, mounted, stats
 
-from packfs import control, pack
+from packfs.fuse import control
+from packfs.core import pack
 
 
 def test_statvfs_reflects_backing_disk(shared_mount, work):

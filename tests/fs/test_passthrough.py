@@ -26,9 +26,9 @@ from test_tmpfile import (  # noqa: F401  (run again here, on a passthrough moun
     test_tmpfile_needs_a_directory,
 )
 
-from packfs.filesystem import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE
+from packfs.core.filesystem import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE
 from packfs.options import OptionError, Options
-from packfs.staging import POOL_MAX
+from packfs.fuse.staging import POOL_MAX
 
 CHUNK = 64 << 10  # what Swift writes at a time
 

@@ -231,7 +231,7 @@ def test_random_writes_match_a_model(work):
 
 
 def test_concurrent_fsyncs_share_the_c_log_writers_flushes(tmp_path, packdir):
-    """A mount writes its log with the C writer (packfs/_logwriter.c, built by make), and
+    """A mount writes its log with the C writer (packfs/store/_logwriter.c, built by make), and
     fsyncs from several threads at once are grouped: fewer device flushes than fsyncs."""
     with mounted(packdir, tmp_path / "mnt") as m:
         s0 = stats(m)

@@ -1,5 +1,5 @@
 """Swift's metadata through a real mount: stored in the Swift form by the C part
-(packfs/_swiftform.c), read back byte for byte."""
+(packfs/swiftmeta/_swiftform.c), read back byte for byte."""
 from __future__ import annotations
 
 import hashlib

@@ -17,7 +17,8 @@ import time
 from fsutil import repeat_concurrently
 from mounts import mounted
 
-from packfs import control, pack
+from packfs.fuse import control
+from packfs.core import pack
 
 FILES = 400  # more than the 256 values the daemon keeps once read, so reads go to the catalog
 SECONDS = 4.0

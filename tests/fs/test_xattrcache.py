@@ -1,4 +1,4 @@
-"""Xattrs answered in C (option xattrcache, packfs/fuseshim.py) on a real mount.
+"""Xattrs answered in C (option xattrcache, packfs/fuse/fuseshim.py) on a real mount.
 
 The point is fewer requests through pyfuse3: once packfs has answered a getxattr, the
 next ones of that file are answered by the fuse shim from the xattrs it was handed. The
@@ -124,7 +124,7 @@ def test_noxattrcache_sends_every_getxattr_to_packfs(tmp_path):
 def test_xattrs_past_the_cache_limit_are_answered_by_packfs(mnt):
     """One inode may hold 16 MiB of xattrs; the shim keeps an inode's only up to
     CACHED_XATTRS_MAX, else every getxattr would copy them all into it."""
-    from packfs.fuseshim import CACHED_XATTRS_MAX
+    from packfs.fuse.fuseshim import CACHED_XATTRS_MAX
     f = mnt / "big"
     f.write_bytes(b"x")
     values = {f"user.{i}": bytes([i]) * 60_000 for i in range(3)}

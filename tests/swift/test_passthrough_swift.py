@@ -1,5 +1,5 @@
 """Stock Swift's object server on packfs devices mounted with `passthrough`: each object
-is written by the kernel to a staging file and absorbed into the log (packfs/staging.py).
+is written by the kernel to a staging file and absorbed into the log (packfs/fuse/staging.py).
 The object server tests of test_object_server.py that write and read objects run here
 again, on such a cluster (MOUNT_OPTIONS: conftest.py's `cluster`)."""
 from __future__ import annotations

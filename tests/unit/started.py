@@ -7,9 +7,9 @@ from typing import Awaitable, Callable
 
 import trio
 
-from packfs import pack as packmod
-from packfs.disk import Disk
-from packfs.filesystem import Filesystem
+from packfs.core import pack as packmod
+from packfs.store.disk import Disk
+from packfs.core.filesystem import Filesystem
 from packfs.options import Options
 
 

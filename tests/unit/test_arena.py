@@ -2,7 +2,7 @@ import pytest
 
 from array import array
 
-from packfs.arena import COUNTED_MAX_LEN, MAX_LEN, Arena, CountedArena
+from packfs.namespace.arena import COUNTED_MAX_LEN, MAX_LEN, Arena, CountedArena
 
 
 def test_strings_come_back_and_compare():

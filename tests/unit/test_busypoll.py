@@ -12,7 +12,7 @@ from typing import Iterator
 import pytest
 import trio
 
-from packfs.busypoll import BusyPoll
+from packfs.fuse.busypoll import BusyPoll
 
 
 @pytest.fixture

@@ -8,12 +8,12 @@ import threading
 import apsw
 import pytest
 
-from packfs.catalog import Catalog, CatalogError
-from packfs.journal import snapshot
-from packfs.extents import pack as pack_extents, unpack as unpack_extents
-from packfs.xattrblob import pack_xattrs, unpack_xattrs
-from packfs.namespace import ROOT, Namespace
-from packfs.recovery import load_namespace
+from packfs.core.catalog import Catalog, CatalogError
+from packfs.core.journal import snapshot
+from packfs.store.extents import pack as pack_extents, unpack as unpack_extents
+from packfs.namespace.xattrblob import pack_xattrs, unpack_xattrs
+from packfs.namespace.namespace import ROOT, Namespace
+from packfs.core.recovery import load_namespace
 
 REG = stat.S_IFREG | 0o640
 DIR = stat.S_IFDIR | 0o750

@@ -13,8 +13,8 @@ import trio
 from started import with_filesystem
 
 from packfs.errors import FsError
-from packfs.filesystem import Filesystem
-from packfs.namespace import ROOT
+from packfs.core.filesystem import Filesystem
+from packfs.namespace.namespace import ROOT
 
 REG = stat.S_IFREG | 0o644
 META = b"user.swift.metadata"

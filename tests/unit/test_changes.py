@@ -1,7 +1,7 @@
 """The pending changes a checkpoint writes: packed per commit, given back as sets."""
 from __future__ import annotations
 
-from packfs.changes import Changes, PendingChanges
+from packfs.namespace.changes import Changes, PendingChanges
 
 
 def changes(inodes=(), dirents=(), refs=()) -> Changes:

@@ -18,9 +18,9 @@ from pathlib import Path
 import trio
 from started import with_filesystem
 
-from packfs.filesystem import Filesystem
-from packfs.namespace import ROOT
-from packfs.ops import Operations
+from packfs.core.filesystem import Filesystem
+from packfs.namespace.namespace import ROOT
+from packfs.fuse.ops import Operations
 
 REG = stat.S_IFREG | 0o644
 

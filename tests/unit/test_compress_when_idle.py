@@ -15,9 +15,9 @@ import trio
 import trio.testing
 from started import with_filesystem
 
-from packfs import journal
-from packfs.filesystem import Filesystem
-from packfs.namespace import ROOT
+from packfs.core import journal
+from packfs.core.filesystem import Filesystem
+from packfs.namespace.namespace import ROOT
 
 REG = stat.S_IFREG | 0o644
 

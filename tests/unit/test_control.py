@@ -7,7 +7,7 @@ import socket
 
 import trio
 
-from packfs import control
+from packfs.fuse import control
 
 
 def _serve_and_ask(monkeypatch, send: bytes | None) -> dict:

@@ -1,6 +1,6 @@
 import pytest
 
-from packfs.dirents import PackedEntries
+from packfs.namespace.dirents import PackedEntries
 
 
 def test_packed_entries_behave_like_the_dict_they_replace():
@@ -46,7 +46,7 @@ def test_names_of_one_length_are_indexed_by_offset_until_another_length_comes():
 
 
 def test_hex_names_are_stored_in_half_their_bytes_and_come_back_the_same():
-    from packfs.dirents import name_of, stored_name
+    from packfs.namespace.dirents import name_of, stored_name
     h = b"d41d8cd98f00b204e9800998ecf8427e"  # a Swift hash directory's name
     assert len(stored_name(h)) == 17 and name_of(stored_name(h)) == h
     for name in (b"1763872345.12345.data", b"D41D8CD98F00B204E9800998ECF8427E", b"abc", b"0a1", b"tmp",
@@ -56,7 +56,7 @@ def test_hex_names_are_stored_in_half_their_bytes_and_come_back_the_same():
 
 
 def test_swift_timestamp_names_are_stored_in_9_bytes_and_come_back_the_same():
-    from packfs.dirents import name_of, stored_name
+    from packfs.namespace.dirents import name_of, stored_name
     for name in (b"1763872345.12345.data", b"0000000000.00000.ts", b"9999999999.99999.meta"):
         assert len(stored_name(name)) == 9 and name_of(stored_name(name)) == name
     # anything else is kept as it is: another extension, an offset, other digits, a suffix
@@ -71,7 +71,7 @@ def test_a_name_with_a_nul_is_refused():
     import errno
 
     from packfs.errors import FsError
-    from packfs.namespace import ROOT, Namespace
+    from packfs.namespace.namespace import ROOT, Namespace
     with pytest.raises(FsError) as e:
         Namespace.fresh().create(ROOT, b"\0abcd", 0o100644, 0, 0)
     assert e.value.errno == errno.EINVAL

@@ -14,10 +14,11 @@ import random
 import pytest
 import trio
 
-from packfs import journal, records
-from packfs.filesystem import Filesystem, Setattr
-from packfs.namespace import Namespace, ROOT
-from packfs.recovery import PackDamaged
+from packfs.core import journal
+from packfs.store import records
+from packfs.core.filesystem import Filesystem, Setattr
+from packfs.namespace.namespace import Namespace, ROOT
+from packfs.core.recovery import PackDamaged
 from test_recovery import REG, open_pack, packdir, read_via_pack, run  # noqa: F401 (packdir: a fixture)
 
 SIZE = 256 << 10
@@ -219,8 +220,8 @@ def test_edits_are_let_go_once_they_outnumber_the_map(packdir):
 
 
 def test_edits_made_again_leave_the_map_as_once():
-    from packfs import extents as ext
-    from packfs.extents import pack_edits, replay_edits
+    from packfs.store import extents as ext
+    from packfs.store.extents import pack_edits, replay_edits
 
     rnd = random.Random(5)
     live: list = []

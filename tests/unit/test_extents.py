@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import random
 
-from packfs import extents as ext
+from packfs.store import extents as ext
 
 
 def E(off, length, rec, skip=0, rlen=None):  # noqa: N802 - a short constructor reads best here

@@ -11,11 +11,11 @@ import pytest
 import trio
 from test_recovery import run
 
-from packfs import filesystem
-from packfs import pack as packmod
-from packfs.disk import Disk
-from packfs.filesystem import Filesystem
-from packfs.namespace import ROOT
+from packfs.core import filesystem
+from packfs.core import pack as packmod
+from packfs.store.disk import Disk
+from packfs.core.filesystem import Filesystem
+from packfs.namespace.namespace import ROOT
 
 REG = stat.S_IFREG | 0o644
 

@@ -9,7 +9,7 @@ import pyfuse3
 import pytest
 import trio
 
-from packfs.fuseloop import Drain, Turn, install
+from packfs.fuse.fuseloop import Drain, Turn, install
 
 
 def _run(main, *instruments: trio.abc.Instrument):

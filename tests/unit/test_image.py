@@ -12,12 +12,12 @@ from test_catalog import build, cat, checkpoint, dump  # noqa: F401 (cat is a fi
 from test_recovery import (COMMITTED, Filesystem, lookup_path, make_committed, open_pack, packdir,  # noqa: F401
                            read_via_pack, run, write_file)
 
-from packfs import image
-from packfs.catalog import Catalog
-from packfs.dirents import PACKED_MAX, PackedEntries
-from packfs.inodes import IN_CATALOG, VOLUME_INDEXES, Inode
-from packfs.namespace import ROOT, Namespace
-from packfs.recovery import load_namespace
+from packfs.namespace import image
+from packfs.core.catalog import Catalog
+from packfs.namespace.dirents import PACKED_MAX, PackedEntries
+from packfs.namespace.inodes import IN_CATALOG, VOLUME_INDEXES, Inode
+from packfs.namespace.namespace import ROOT, Namespace
+from packfs.core.recovery import load_namespace
 
 DIR = stat.S_IFDIR | 0o755
 
@@ -174,7 +174,7 @@ def test_unusable_image_is_not_used(tmp_path, cat, caplog, damage):
     harm(tmp_path / image.FILENAME)
     with pytest.raises(image.ImageError, match=reason):
         image.load(str(tmp_path), token, cat.stamp, True)
-    with caplog.at_level(logging.WARNING, logger="packfs.image"):
+    with caplog.at_level(logging.WARNING, logger="packfs.namespace.image"):
         assert image.take(str(tmp_path), token, cat.stamp, True) is None
     assert "loading the catalog instead" in caplog.text
 
@@ -311,7 +311,7 @@ def test_an_image_written_while_the_arena_is_compacted_finishes_the_compaction_f
     """An unmount may come between two parts of a compaction of the xattr arena, with
     values in both arenas: the image is written once the compaction is done, and every
     value, a directory's too, reads back."""
-    from packfs import inodes, xattrstore
+    from packfs.namespace import inodes, xattrstore
     monkeypatch.setattr(xattrstore, "XATTR_COMPACT_MIN", 1 << 10)
     ns = Namespace.fresh(0, 0)
     dirs = [ns.create(ROOT, b"d%02d" % i, DIR, 0, 0) for i in range(20)]

@@ -6,13 +6,14 @@ from array import array
 import pytest
 from test_catalog import build
 
-from packfs import inodes, records
-from packfs.extents import pack as pack_extents
-from packfs.inodes import IN_CATALOG, KINDS_NARROW, ROOT, Inode, InodeTable
-from packfs.offsettimes import FAR
-from packfs.namespace import Namespace
-from packfs.xattrblob import is_compressed, pack_xattrs, plain
-from packfs.xattrstore import XATTR_GRAIN
+from packfs.namespace import inodes
+from packfs.store import records
+from packfs.store.extents import pack as pack_extents
+from packfs.namespace.inodes import IN_CATALOG, KINDS_NARROW, ROOT, Inode, InodeTable
+from packfs.namespace.offsettimes import FAR
+from packfs.namespace.namespace import Namespace
+from packfs.namespace.xattrblob import is_compressed, pack_xattrs, plain
+from packfs.namespace.xattrstore import XATTR_GRAIN
 
 REG = stat.S_IFREG | 0o644
 DIR = stat.S_IFDIR | 0o755
@@ -454,8 +455,8 @@ def test_loaded_entries_take_their_final_form_at_once():
     every size on the way left in the arena); entries out of order still all arrive."""
     import random
 
-    from packfs.dirents import PackedEntries
-    from packfs.inodes import SMALL
+    from packfs.namespace.dirents import PackedEntries
+    from packfs.namespace.inodes import SMALL
     dirents = [(2, b"only", 10)] + [(3, b"%032x" % i, 20 + i) for i in range(3)] + \
               [(4, b"%03x" % i, 100 + i) for i in range(40)]
     for order in ("catalog", "shuffled"):
@@ -585,7 +586,7 @@ def test_values_past_a_narrow_columns_top_are_kept_whole():
     at NLINK_TOP), an inode the kernel holds 70,000 references to (its column widens):
     the narrow columns and the kinds hold their top and the values live beside them,
     through every way in and out of a slot; a freed or reused slot forgets them."""
-    from packfs import image
+    from packfs.namespace import image
     big, links, top = 5 << 30, 70_002, inodes.NLINK_TOP
     t = InodeTable()
     t.put(ROOT, DIR, 0, 0, 1)
@@ -697,7 +698,7 @@ def test_a_time_column_with_many_far_times_holds_whole_times(how, which, touched
 def test_xattr_references_past_u32_make_the_column_i64(monkeypatch, how):
     """`xat` (`kid`) is u32 (references in 8 B grains: 32 GiB of values); a reference past
     that, from any of the three places that store one, makes it i64 and keeps every value."""
-    monkeypatch.setattr("packfs.xattrstore.KID_TOP", 1)  # every reference is past it
+    monkeypatch.setattr("packfs.namespace.xattrstore.KID_TOP", 1)  # every reference is past it
     swift = pack_xattrs({b"user.swift.metadata": b"{'ETag': 'x', 'Content-Length': '4096'}" * 8}, compress=False)
     t = InodeTable()
     if how == "load_all":

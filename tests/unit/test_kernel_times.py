@@ -19,9 +19,9 @@ import pytest
 import trio
 from started import with_filesystem
 
-from packfs.filesystem import (FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE,
+from packfs.core.filesystem import (FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE,
                                Filesystem, Setattr)
-from packfs.namespace import ROOT
+from packfs.namespace.namespace import ROOT
 
 REG = stat.S_IFREG | 0o644
 OLD = 1_000_000_000_000_000_000  # 2001-09-09, in ns: far from any time the clock gives now

@@ -1,8 +1,8 @@
 """Listings: readdir offsets that resume each reader in its own snapshot."""
 from __future__ import annotations
 
-from packfs import listings
-from packfs.listings import Listings
+from packfs.fuse import listings
+from packfs.fuse.listings import Listings
 
 
 class Dirs:

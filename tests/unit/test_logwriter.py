@@ -1,4 +1,4 @@
-"""The log writer's contract (packfs/logwriter.py), for the C writer and the Python one.
+"""The log writer's contract (packfs/store/logwriter.py), for the C writer and the Python one.
 
 What the C writer's syscalls do is seen in the files they leave and in the errors they
 report; the Python writer goes through a Disk, so a recording one shows its flushes too.
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from packfs import logwriter
-from packfs.disk import Disk
+from packfs.store import logwriter
+from packfs.store.disk import Disk
 
 
 class RecordingDisk(Disk):
@@ -39,7 +39,7 @@ class RecordingDisk(Disk):
 
 def make(kind: str, disk: Disk | None = None) -> logwriter.LogWriter:
     if kind == "c":
-        assert logwriter._CWriter is not None, "packfs/_logwriter.c is not built"
+        assert logwriter._CWriter is not None, "packfs/store/_logwriter.c is not built"
         return logwriter.CWriter()
     return logwriter.ThreadWriter(disk or Disk())
 

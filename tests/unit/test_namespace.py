@@ -6,11 +6,11 @@ import stat
 
 import pytest
 
-from packfs.dirents import PACKED_MAX, PackedEntries
+from packfs.namespace.dirents import PACKED_MAX, PackedEntries
 from packfs.errors import FsError
-from packfs.inodes import SMALL
-from packfs.namespace import RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT, Namespace
-from packfs.xattrstore import XATTR_GRAIN
+from packfs.namespace.inodes import SMALL
+from packfs.namespace.namespace import RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT, Namespace
+from packfs.namespace.xattrstore import XATTR_GRAIN
 
 REG = stat.S_IFREG | 0o644
 DIR = stat.S_IFDIR | 0o755
@@ -336,7 +336,7 @@ def test_large_xattrs_are_stored_compressed_and_read_back_exactly(ns):
     import os
     import pickle
 
-    from packfs.xattrblob import XATTR_COMPRESS_MIN, pack_xattrs, unpack_xattrs
+    from packfs.namespace.xattrblob import XATTR_COMPRESS_MIN, pack_xattrs, unpack_xattrs
     f = ns.create(ROOT, b"f", REG, 0, 0)
     meta = pickle.dumps({"name": "/AUTH_test/c/o", "X-Timestamp": "1763872345.12345", "ETag": "0" * 32,
                          "Content-Type": "application/octet-stream", "Content-Length": "4096"}, protocol=2)
@@ -366,7 +366,7 @@ def test_the_background_compressor_leaves_xattrs_for_two_turns(ns):
     turn before; a checkpoint's compression takes everything."""
     import pickle
 
-    from packfs.xattrblob import is_compressed
+    from packfs.namespace.xattrblob import is_compressed
     f = ns.create(ROOT, b"f", REG, 0, 0)
     meta = pickle.dumps({"name": "/AUTH_test/c/o", "X-Timestamp": "1763872345.12345"}, protocol=2) * 4
     ns.setxattr(f.ino, b"user.swift.metadata", meta)
@@ -414,7 +414,7 @@ def test_xattr_arena_space_is_reused_as_swift_rewrites_metadata(ns):
 
 
 def test_one_inodes_xattrs_are_limited_in_all(ns, monkeypatch):
-    monkeypatch.setattr("packfs.namespace.XATTRS_MAX", 300_000)
+    monkeypatch.setattr("packfs.namespace.namespace.XATTRS_MAX", 300_000)
     f = ns.create(ROOT, b"f", REG, 0, 0)
     for i in range(4):
         ns.setxattr(f.ino, b"user.%d" % i, bytes(65536))
@@ -426,7 +426,7 @@ def test_one_inodes_xattrs_are_limited_in_all(ns, monkeypatch):
 
 
 def test_inode_numbers_stay_below_the_columns_limit(ns):
-    from packfs.inodes import INO_MAX
+    from packfs.namespace.inodes import INO_MAX
     ns.next_ino = INO_MAX  # every number below is taken (none is free to reuse)
     with pytest.raises(FsError) as e:
         ns.create(ROOT, b"one-too-many", REG, 0, 0)
@@ -450,7 +450,7 @@ def test_swifts_metadata_is_stored_in_the_swift_form_and_formats_2_and_3_still_r
     the same."""
     import zlib
 
-    from packfs.xattrblob import _XZ_DICT_2, _XZ_DICT_3, pack_xattrs, unpack_xattrs
+    from packfs.namespace.xattrblob import _XZ_DICT_2, _XZ_DICT_3, pack_xattrs, unpack_xattrs
     xattrs = swift_xattrs(**{"X-Timestamp": "1763872345.12345", "Content-Type": "application/octet-stream",
                              "Content-Length": "4096", "ETag": "3f9a" * 8, "name": "/AUTH_test/c/obj-000042"})
     plain = pack_xattrs(xattrs, compress=False)
@@ -469,7 +469,7 @@ def test_the_swift_form_keeps_every_pickle_and_xattr_exactly():
     import pickle
     import zlib
 
-    from packfs.xattrblob import _XZ_DICT_4, pack_xattrs, unpack_xattrs
+    from packfs.namespace.xattrblob import _XZ_DICT_4, pack_xattrs, unpack_xattrs
     assert zlib.crc32(_XZ_DICT_4) == 0x70375D71  # on-disk format: the dictionary never changes
     tomb = swift_xattrs(**{"X-Timestamp": "1763872345.12345", "name": "/AUTH_test/c/gone"})
     empties = swift_xattrs(**{"X-Timestamp": "1763872345.12345", "name": "/AUTH_test/c/o", "Content-Length": "0",
@@ -487,7 +487,7 @@ def test_the_swift_form_keeps_every_pickle_and_xattr_exactly():
 
 
 def test_a_blob_that_pickles_differently_or_is_damaged_fails_with_eio(monkeypatch):
-    from packfs import xattrblob
+    from packfs.namespace import xattrblob
     stored = xattrblob.pack_xattrs(swift_xattrs(**{"X-Timestamp": "1763872345.12345", "name": "/AUTH_test/c/o"}))
     monkeypatch.setattr(xattrblob, "_swiftform", None)  # the Python path (test_swiftform.py forges the C path's case)
     monkeypatch.setattr(xattrblob, "_PICKLE_PROTOCOL", 3)  # a pickler that writes other bytes
@@ -522,7 +522,7 @@ def test_values_of_ever_other_sizes_leave_the_xattr_arena_compacted_not_grown(ns
     place (IN_CATALOG) too, still names its value."""
     import random
 
-    from packfs import inodes, xattrstore
+    from packfs.namespace import inodes, xattrstore
     monkeypatch.setattr(xattrstore, "XATTR_COMPACT_MIN", 1 << 20)
     rng = random.Random(3)
     holders = [ns.create(ROOT, b"f%d" % i, REG, 0, 0).ino for i in range(100)]
@@ -560,7 +560,7 @@ def test_a_compaction_in_parts_keeps_every_value_changed_between_its_parts(ns, m
     dict stands for the catalog here)."""
     import random
 
-    from packfs import inodes, xattrstore
+    from packfs.namespace import inodes, xattrstore
     monkeypatch.setattr(xattrstore, "XATTR_COMPACT_MIN", 1 << 16)
     rng = random.Random(5)
     t = ns.table
@@ -630,7 +630,7 @@ def test_the_compressor_slice_ends_at_its_byte_budget_and_big_blobs_stay_plain(n
     """Any user may set 64 KiB values under many names: a slice of 64 such blobs held the
     loop 0.4 s, so a slice also ends once `budget` bytes are compressed, and a blob past
     XATTR_COMPRESS_MAX is not deflated at all."""
-    from packfs.xattrblob import XATTR_COMPRESS_MAX, is_compressed, pack_xattrs
+    from packfs.namespace.xattrblob import XATTR_COMPRESS_MAX, is_compressed, pack_xattrs
     files = [ns.create(ROOT, b"f%d" % i, REG, 0, 0).ino for i in range(10)]
     for ino in files:
         ns.setxattr(ino, b"user.x", b"%02d" % ino * 10_000)  # 20 KB, compressible

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from packfs import pack as packmod
-from packfs.disk import Disk
-from packfs.filesystem import Filesystem, Setattr
-from packfs.namespace import CAPABILITY, ROOT, Namespace
+from packfs.core import pack as packmod
+from packfs.store.disk import Disk
+from packfs.core.filesystem import Filesystem, Setattr
+from packfs.namespace.namespace import CAPABILITY, ROOT, Namespace
 from test_recovery import run
 
 SETID_EXEC = stat.S_IFREG | 0o6755  # set-user-ID, set-group-ID, the group may execute

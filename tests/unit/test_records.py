@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from packfs import records
+from packfs.store import records
 
 PACK = 0x1234ABCD
 

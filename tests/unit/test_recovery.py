@@ -17,13 +17,14 @@ from typing import Awaitable, Callable
 import pytest
 import trio
 
-from packfs import pack as packmod
-from packfs import records, xattrblob
-from packfs.disk import Disk
-from packfs.filesystem import Filesystem
-from packfs.namespace import ROOT
+from packfs.core import pack as packmod
+from packfs.store import records
+from packfs.namespace import xattrblob
+from packfs.store.disk import Disk
+from packfs.core.filesystem import Filesystem
+from packfs.namespace.namespace import ROOT
 from packfs.options import Options
-from packfs.volumes import volume_name
+from packfs.store.volumes import volume_name
 
 REG = stat.S_IFREG | 0o644
 DIR = stat.S_IFDIR | 0o755
@@ -339,7 +340,7 @@ def test_a_format_1_pack_is_upgraded_in_place_when_opened(packdir):
 def test_a_commit_bigger_than_the_prepared_space_is_never_zeroed(packdir, monkeypatch):
     """A META past the preallocated space extends the volume; later growth (in the
     background or for a writer) must not write zeros over it or over what follows."""
-    from packfs import volumes as V
+    from packfs.store import volumes as V
     monkeypatch.setattr(V, "PREALLOC_STEP", 256 << 10)
     monkeypatch.setattr(V, "PREALLOC_AHEAD", 1 << 20)
     files = {}
@@ -367,7 +368,7 @@ def test_a_commit_bigger_than_the_prepared_space_is_never_zeroed(packdir, monkey
 
 
 def test_many_changes_without_fsync_are_committed_in_bounded_pieces(packdir):
-    from packfs.namespace import COMMIT_INODES
+    from packfs.namespace.namespace import COMMIT_INODES
 
     async def body(fs: Filesystem) -> None:
         top = fs.create(ROOT, b"many", DIR, 0, 0)
@@ -439,7 +440,7 @@ def test_the_store_says_when_it_has_freed_memory(packdir):
 def test_a_quiet_disk_checkpoints_once_enough_waits_for_it(packdir, monkeypatch):
     """A commit interval without a commit checkpoints if QUIET_CHECKPOINT_INODES changed
     inodes or QUIET_CHECKPOINT_FREES dead records wait; fewer wait for the next one."""
-    from packfs import journal
+    from packfs.core import journal
     monkeypatch.setattr(journal, "QUIET_CHECKPOINT_INODES", 50)
     monkeypatch.setattr(journal, "QUIET_CHECKPOINT_FREES", 2)
 
@@ -471,7 +472,7 @@ def test_a_quiet_disk_checkpoints_once_enough_waits_for_it(packdir, monkeypatch)
 
 
 def test_a_failing_checkpoint_on_a_quiet_disk_is_logged_once_and_retried(packdir, monkeypatch, caplog):
-    from packfs import journal
+    from packfs.core import journal
     monkeypatch.setattr(journal, "QUIET_CHECKPOINT_INODES", 5)
 
     async def body(fs: Filesystem) -> None:
@@ -642,9 +643,9 @@ def test_a_checkpoint_taken_in_parts_holds_the_namespace_as_at_its_last_commit(p
     """Requests and background commits change the namespace between the parts of a
     checkpoint's snapshot: the catalog must still hold it exactly as at one commit, the
     checkpoint's last, whose position it records; recovery replays what came after."""
-    from packfs import namespace
-    from packfs.catalog import Catalog
-    from packfs.recovery import load_namespace
+    from packfs.namespace import namespace
+    from packfs.core.catalog import Catalog
+    from packfs.core.recovery import load_namespace
     from test_catalog import dump
     monkeypatch.setattr(namespace, "COMMIT_INODES", 10)  # background commits between the parts too
     staged: list[Staged] = []
@@ -682,7 +683,7 @@ def test_a_commit_taken_in_parts_holds_the_namespace_as_at_its_staging(packdir, 
     """Requests change the namespace between the parts of background commits' snapshots:
     each META must still hold it exactly as at its staging, so that recovery gives the
     namespace as at the last commit."""
-    from packfs import namespace
+    from packfs.namespace import namespace
     from test_catalog import dump
     monkeypatch.setattr(namespace, "COMMIT_INODES", 100_000)  # only the commits below
     staged: list[Staged] = []
@@ -720,7 +721,7 @@ def test_a_commit_taken_in_parts_holds_the_namespace_as_at_its_staging(packdir, 
 def test_an_fsync_during_a_commit_in_parts_makes_the_parts_durable(packdir, monkeypatch):
     """An fsync staged while a background commit is in its second round of parts commits
     what that commit took in both, though the background commit never stages."""
-    from packfs import namespace
+    from packfs.namespace import namespace
     monkeypatch.setattr(namespace, "COMMIT_INODES", 1000)  # no background commit of its own
 
     async def body(fs: Filesystem) -> None:
@@ -786,7 +787,7 @@ def test_a_checkpoint_that_fails_after_its_parts_gives_back_what_it_took(packdir
 
 
 def test_a_checkpoint_runs_without_automatic_collections_and_restores_them(packdir, monkeypatch):
-    from packfs import journal
+    from packfs.core import journal
 
     seen = []
     real_snapshot = journal.snapshot

@@ -10,8 +10,8 @@ from typing import Awaitable, Callable
 import pytest
 import trio
 
-from packfs.disk import Disk
-from packfs.staging import CHUNKS_AHEAD, Staging
+from packfs.store.disk import Disk
+from packfs.fuse.staging import CHUNKS_AHEAD, Staging
 
 CHUNK = 4096
 FH = 77

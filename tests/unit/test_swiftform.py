@@ -1,4 +1,4 @@
-"""The Swift form in C (packfs/_swiftform.c) against the Python it stands in for: the same
+"""The Swift form in C (packfs/swiftmeta/_swiftform.c) against the Python it stands in for: the same
 pickles byte for byte, the same decisions on any input, the same errors."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import zlib
 import pytest
 from test_namespace import swift_xattrs
 
-from packfs import xattrblob
+from packfs.namespace import xattrblob
 from packfs.errors import FsError
 
 C = xattrblob._swiftform
@@ -20,7 +20,7 @@ C = xattrblob._swiftform
 
 @pytest.fixture(autouse=True)
 def built():
-    assert C is not None, "packfs/_swiftform.c is not built"
+    assert C is not None, "packfs/swiftmeta/_swiftform.c is not built"
 
 
 def python_path(monkeypatch) -> None:

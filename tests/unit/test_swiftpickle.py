@@ -10,8 +10,8 @@ import tracemalloc
 
 from test_namespace import swift_xattrs
 
-from packfs.swiftpickle import load_metadata
-from packfs.xattrblob import pack_xattrs, unpack_xattrs
+from packfs.swiftmeta.swiftpickle import load_metadata
+from packfs.namespace.xattrblob import pack_xattrs, unpack_xattrs
 
 
 def metadata_pickle(**metadata: str) -> bytes:

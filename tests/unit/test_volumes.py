@@ -9,10 +9,10 @@ import time
 import pytest
 import trio
 
-from packfs import records
-from packfs.disk import Disk
+from packfs.store import records
+from packfs.store.disk import Disk
 from packfs.errors import FsError
-from packfs.volumes import (CROWDED_HOLD, META_RESERVE, PREALLOC_AHEAD, PREALLOC_STEP, STREAM_GAP, Volumes,
+from packfs.store.volumes import (CROWDED_HOLD, META_RESERVE, PREALLOC_AHEAD, PREALLOC_STEP, STREAM_GAP, Volumes,
                             volume_name)
 
 PACK_ID = 7

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from packfs.writeback import Buffer
+from packfs.core.writeback import Buffer
 
 
 def _contents(buf: Buffer) -> bytes:

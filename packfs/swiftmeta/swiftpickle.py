@@ -9,7 +9,7 @@ stack machine that holds at most what the input spells out, and calls nothing.
 
 Anything else, or anything malformed, is None: the value then stays as it was set. The
 caller still pickles the dict again and compares, so the Swift form keeps only values
-that give back their own bytes exactly. packfs/_swiftform.c reads them the same way in
+that give back their own bytes exactly. packfs/swiftmeta/_swiftform.c reads them the same way in
 C; this stays for a build without it, and is what its tests compare it with.
 """
 from __future__ import annotations

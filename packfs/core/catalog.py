@@ -13,8 +13,9 @@ from typing import Iterable, Iterator
 
 import apsw
 
-from . import FORMAT_VERSION, READABLE_FORMATS, image
-from .inoderow import InodeRow
+from .. import FORMAT_VERSION, READABLE_FORMATS
+from ..namespace import image
+from ..namespace.inoderow import InodeRow
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value) WITHOUT ROWID;

@@ -92,7 +92,7 @@ import os
 
 
 def _load() -> ctypes.PyDLL | None:
-    spec = importlib.util.find_spec("packfs._fuseshim")
+    spec = importlib.util.find_spec("packfs.fuse._fuseshim")
     if spec is None or spec.origin is None:
         return None
     # PyDLL: calls keep the GIL. They are short, and a call that let the GIL go could

@@ -19,12 +19,13 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from . import FORMAT_VERSION, READABLE_FORMATS, image
+from .. import FORMAT_VERSION, READABLE_FORMATS
+from ..namespace import image
 from .catalog import Catalog, CatalogError
-from .disk import Disk
-from .namespace import Namespace
+from ..store.disk import Disk
+from ..namespace.namespace import Namespace
 from .recovery import Recovery, load_namespace, replay
-from .volumes import Volumes
+from ..store.volumes import Volumes
 
 MARKER = "packfs.json"
 

@@ -15,12 +15,13 @@ import marshal
 import time
 from dataclasses import dataclass, field
 
-from . import journal, records
+from . import journal
+from ..store import records
 from .catalog import Catalog
-from .disk import Disk
-from .inodes import InodeTable
-from .namespace import Namespace
-from .volumes import Volumes
+from ..store.disk import Disk
+from ..namespace.inodes import InodeTable
+from ..namespace.namespace import Namespace
+from ..store.volumes import Volumes
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,12 @@ from . import fuseshim  # noqa: I001 -- first: its library must be loaded before
 import pyfuse3
 import trio
 
-from . import control, fuseloop, pack
-from .disk import Disk
-from .filesystem import Filesystem
+from . import control, fuseloop
+from ..core import pack
+from ..store.disk import Disk
+from ..core.filesystem import Filesystem
 from .ops import Operations
-from .options import Options
+from ..options import Options
 from .staging import Staging
 
 log = logging.getLogger("packfs")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from array import array
 from typing import Iterator
 
-from . import extents as ext
+from ..store import extents as ext
 from . import varint
 
 

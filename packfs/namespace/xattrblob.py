@@ -19,7 +19,7 @@ with (its first field is a name length of at most 255: its second byte is 0):
   is kept, and reading pickles the dict again (protocol 2, as Swift does) and checks
   it, so a pickler that ever wrote other bytes would fail loudly (EIO) rather than give
   Swift a wrong pickle. The layout is in docs/on-disk-format.md. Both ways run in C
-  where packfs/_swiftform.c is built (the same bytes; tests/unit/test_swiftform.py).
+  where packfs/swiftmeta/_swiftform.c is built (the same bytes; tests/unit/test_swiftform.py).
 
 Only the blobs' holders decide when to compress (InodeTable.compress_xattrs).
 """
@@ -35,11 +35,11 @@ from typing import Iterator
 
 from . import varint
 from .arena import COUNTED_MAX_LEN
-from .errors import FsError
-from .swiftpickle import load_metadata
+from ..errors import FsError
+from ..swiftmeta.swiftpickle import load_metadata
 
 try:  # the Swift form in C: a decode in the daemon 2.5-4x faster than the Python below
-    from . import _swiftform
+    from ..swiftmeta import _swiftform
 except ImportError:  # not built (setup.py makes it optional): the Python below does it
     _swiftform = None  # type: ignore[assignment]
 
@@ -191,7 +191,7 @@ def _md5_hex(data: bytes) -> bytes:
 
 
 def codec() -> str:
-    """Which code reads and writes the Swift form: `c` (packfs/_swiftform.c) or `python`."""
+    """Which code reads and writes the Swift form: `c` (packfs/swiftmeta/_swiftform.c) or `python`."""
     return "c" if _swiftform is not None else "python"
 
 

@@ -16,12 +16,13 @@ from typing import Iterator, Sequence
 
 import trio
 
-from . import records, xattrblob
-from .disk import Disk
-from .errors import FsError
+from ..store import records
+from ..namespace import xattrblob
+from ..store.disk import Disk
+from ..errors import FsError
 from .journal import Journal
-from .inodes import Inode
-from .options import Options
+from ..namespace.inodes import Inode
+from ..options import Options
 from .pack import Pack
 from .writeback import WriteBehind
 

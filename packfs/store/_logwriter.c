@@ -398,7 +398,7 @@ static PyMethodDef Writer_methods[] = {
 };
 
 static PyTypeObject WriterType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "packfs._logwriter.Writer",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "packfs.store._logwriter.Writer",
     .tp_basicsize = sizeof(Writer),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = Writer_new,
@@ -408,7 +408,7 @@ static PyTypeObject WriterType = {
     .tp_doc = "A thread that writes and flushes the volume log without the GIL.",
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "packfs._logwriter", NULL, -1, NULL};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "packfs.store._logwriter", NULL, -1, NULL};
 
 PyMODINIT_FUNC PyInit__logwriter(void) {
     if (PyType_Ready(&WriterType) < 0)

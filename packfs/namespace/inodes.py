@@ -22,7 +22,7 @@ import stat
 from array import array
 from typing import Any, Iterable, Iterator
 
-from . import extents as ext
+from ..store import extents as ext
 from . import xattrstore
 from .arena import CountedArena
 from .dirents import PACKED_MAX, PackedEntries, name_of, pack_small, small_get, small_items, stored_name

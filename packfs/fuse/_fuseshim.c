@@ -1,5 +1,5 @@
 /*
- * What packfs needs of libfuse that pyfuse3 does not ask for (see packfs/fuseshim.py for
+ * What packfs needs of libfuse that pyfuse3 does not ask for (see packfs/fuse/fuseshim.py for
  * why and how it is loaded). Two interpositions, each off unless packfs_shim_enable
  * asked for it before the session is made:
  *
@@ -282,7 +282,7 @@ static void readdirplus_by_inode(fuse_req_t req, fuse_ino_t ino, size_t size, of
 }
 
 /* Xattrs packfs handed over, by inode: each a packed plain blob, `<u16 name length><u32
- * value length><name><value>` per xattr, little-endian (packfs/xattrblob.py). A slot
+ * value length><name><value>` per xattr, little-endian (packfs/namespace/xattrblob.py). A slot
  * per inode number modulo XATTR_SLOTS: a Swift GET reads one file's xattrs five times in
  * a row, and 16 concurrent GETs rarely share a slot (~0.5 pairs of 16 do). ~110 KiB at
  * most for Swift's ~440 B. Touched only on the event loop's thread, like `ends`. */

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import time
 
-from . import extents as ext
-from . import records
-from .inodes import Inode
-from .namespace import Namespace
-from .volumes import Volumes
+from ..store import extents as ext
+from ..store import records
+from ..namespace.inodes import Inode
+from ..namespace.namespace import Namespace
+from ..store.volumes import Volumes
 
 
 class Buffer:

@@ -28,9 +28,9 @@ import trio
 from . import extents as ext
 from . import records
 from .disk import Disk
-from .errors import FsError
+from ..errors import FsError
 from .logwriter import LogWriter, Op, writer_for
-from .stats import OpStats
+from ..stats import OpStats
 
 log = logging.getLogger(__name__)
 

@@ -772,7 +772,7 @@ static PyMethodDef methods[] = {
     {NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "packfs._swiftform", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "packfs.swiftmeta._swiftform", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__swiftform(void) {
     for (int i = 0; i < 64; i++)

@@ -36,12 +36,12 @@ from typing import Any, Callable, Sequence
 import pyfuse3
 
 from .busypoll import BusyPoll
-from .errors import FsError
-from .filesystem import Filesystem, Setattr
-from .inodes import Inode
+from ..errors import FsError
+from ..core.filesystem import Filesystem, Setattr
+from ..namespace.inodes import Inode
 from .listings import Listings
 from .staging import Staging
-from .stats import OpStats
+from ..stats import OpStats
 
 log = logging.getLogger(__name__)
 
