@@ -17,6 +17,9 @@ directory.  Environment (used by mk/bench.mk):
   BENCH_SWIFT_NETWORK_CHUNK=N   the object server's network_chunk_size, the size of a PUT's writes (default
                           65536, Swift's)
   BENCH_HALT_POLL_NS=N    the guest's halt polling for the run (default: as the machine has it; bench/haltpoll.py)
+  BENCH_DISK=fast|hdd     the disk model (bench/diskmodel.py): this machine's disk, or one 7200 rpm drive
+                          (BENCH_HDD_IOPS=150, BENCH_HDD_MBPS=160, BENCH_HDD_SEEK_MS=8.3); hdd results go to
+                          BENCH_OUT/hdd
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import haltpoll
+from . import diskmodel, haltpoll
 from . import report as rep
 from .results import Results, load
 from .testbed import FS_ORDER, Testbed, packfs_available
@@ -63,6 +66,10 @@ def main(argv=None) -> int:
         print("bench: must run as root (loop devices, mounts, drop_caches, cgroups)", file=sys.stderr)
         return 2
 
+    model = diskmodel.from_env()
+    diskmodel.check_available(model)
+    if model.throttled:
+        a.out = a.out / "hdd"
     reps = a.reps or (2 if a.quick else 3)
     fs_names = [f.strip() for f in a.fs.split(",") if f.strip()]
     notes = []
@@ -76,14 +83,19 @@ def main(argv=None) -> int:
         common = {"quick": a.quick, "reps": reps, "fs": fs_names, "work": str(a.work),
                   "packfs_opts": os.environ.get("BENCH_PACKFS_OPTS", ""),
                   "packfs_backing": os.environ.get("BENCH_PACKFS_BACKING", "xfs"),
-                  "guest_halt_poll_ns": halt_poll_ns, "halt_poll_asked": bool(asked)}
-        return _run_parts(a, parts, reps, fs_names, notes, common)
+                  "guest_halt_poll_ns": halt_poll_ns, "halt_poll_asked": bool(asked), "disk": model.to_dict()}
+        try:
+            return _run_parts(a, parts, reps, fs_names, notes, common, model)
+        finally:
+            diskmodel.remove_stale_throttles()
 
 
-def _run_parts(a, parts: list[str], reps: int, fs_names: list[str], notes: list[str], common: dict) -> int:
+def _run_parts(a, parts: list[str], reps: int, fs_names: list[str], notes: list[str], common: dict,
+               model: diskmodel.DiskModel) -> int:
     tmp = a.work / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
-    log(f"parts {parts}, {'QUICK' if a.quick else 'full'} mode, {reps} reps, filesystems {fs_names}")
+    log(f"parts {parts}, {'QUICK' if a.quick else 'full'} mode, {reps} reps, filesystems {fs_names}; "
+        f"disk model {model.describe()}")
 
     done = []
     t_all = time.monotonic()
@@ -96,18 +108,18 @@ def _run_parts(a, parts: list[str], reps: int, fs_names: list[str], notes: list[
         try:
             if part == "fio":
                 from . import fio as mod
-                with _testbed(a, fs_names, size_gib=8 if a.quick else 16) as tb:
+                with _testbed(a, fs_names, size_gib=8 if a.quick else 16) as tb, _whole_part(model, tb, res):
                     mod.main(tb, res, a.quick, reps, tmp)
             elif part in ("swift", "swift-large"):
                 from . import swiftbench as mod
-                with _testbed(a, fs_names, size_gib=8 if a.quick else 16) as tb:
+                with _testbed(a, fs_names, size_gib=8 if a.quick else 16) as tb, _whole_part(model, tb, res):
                     mod.main(tb, res, a.quick, reps, a.work, only_large=part == "swift-large")
             elif part == "scale":
                 from . import scale as mod
-                n = a.objects or (20_000 if a.quick else 1_000_000)
+                n = a.objects or ((100_000 if model.throttled else 20_000) if a.quick else 1_000_000)
                 size = 8 if n <= 100_000 else max(16, n * 24 // 1_000_000)
                 with _testbed(a, fs_names, size_gib=size, ext4_inodes=max(1 << 20, n * 4)) as tb:
-                    mod.main(tb, res, a.quick, reps, a.work, n)
+                    mod.main(tb, res, a.quick, reps, a.work, n, model)
         except KeyboardInterrupt:
             log("interrupted; filesystems were torn down")
             res.note(f"part {part} was interrupted")
@@ -128,6 +140,15 @@ def _run_parts(a, parts: list[str], reps: int, fs_names: list[str], notes: list[
     print(table)
     print(f"\nresults: {a.out}/{name}.md, {name}.json, *.png  (total {time.monotonic() - t_all:.0f} s)")
     return 0
+
+
+def _whole_part(model: diskmodel.DiskModel, tb: Testbed, res: Results):
+    """The fio and swift parts on the hdd model: every device throttled for the whole part
+    (its setup too: they have little); the scale part throttles case by case itself."""
+    if model.throttled:
+        res.note("fio and swift parts on the hdd model: the devices were throttled for the whole part, "
+                 "setup included; disk requests per case are counted only in the scale part")
+    return diskmodel.throttled(model, [t.loop for t in tb])
 
 
 def _testbed(a, fs_names, size_gib: int, ext4_inodes=None) -> Testbed:

@@ -1,35 +1,37 @@
-"""Lots of small files (seed 004) on packfs, XFS and ext4.
+"""Lots of small files (seed 004) on packfs, XFS and ext4, on the run's disk model.
 
-1. Build a Swift device tree of N objects (1,000,000; 50,000 with QUICK) directly, in
-   Swift's layout ``objects/<part>/<suffix>/<hash>/<ts>.data`` with the metadata xattrs
-   written by Swift's own ``swift.obj.diskfile.write_metadata`` (so that the stock object
-   server can GET them).  Two builder processes; no fsync per file, one sync at the end.
-2. Unmount and mount again: clean mount time at N; packfs daemon RSS per stored file.
-3. Interleaved repetitions, caches dropped before each: a replicator-style walk (listdir of
-   every partition, suffix and hash dir; bench/walk.py) and random GETs through the stock
-   object server at concurrency 16.
-4. packfs only: PUT more objects, kill -9 the daemon, time the remount (recovery), then
+1. Build a Swift device tree of N/2 objects directly, in Swift's layout
+   ``objects/<part>/<suffix>/<hash>/<ts>.data`` with the metadata xattrs written by
+   Swift's own ``swift.obj.diskfile.write_metadata`` (so that the stock object server can
+   GET them). Two builder processes, no fsync per file, one sync at the end; unthrottled.
+2. Single-threaded PUTs through the stock object server, cold (seed table 1 at N/2).
+3. Build on to N; unmount and mount again: clean mount time, packfs daemon RSS per object.
+4. Single-threaded PUTs again (seed table 1 at N).
+5. Interleaved repetitions of the cold cases (coldcases.py): the walk (table 5),
+   single-threaded and c16 GETs (tables 2, 4), c16 PUTs, and c16 GETs during a walk and the
+   auditor (table 4).
+6. PUTs at 20/s, hot and after dropping caches (table 3).
+7. packfs only: PUT more objects, kill -9 the daemon, time the remount (recovery), then
    check that every acknowledged object reads back.
-5. The same walk and GETs with the object server, the packfs daemon and the walker in one
-   memory-limited cgroup (bench/cgroup.py).  The daemon is remounted and the object server
-   restarted from inside the cgroup, so that all their memory is charged to it.
+8. The cold cases again in each memory budget (table 6): the object server, the packfs
+   daemon and the walkers in one memory-limited cgroup (bench/cgroup.py).
 """
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import os
 import random
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from . import cgroup
 from . import swiftobj as so
+from .coldcases import ColdCases, walk_json
+from .diskmodel import DiskModel
 from .part import Part
 from .results import Results
-from .util import REPO, drop_caches, log, rss_bytes
+from .util import drop_caches, log, rss_bytes
 
 
 def _build_worker(root: str, start: int, step: int, n: int, size: int, ts: str, done) -> None:
@@ -69,82 +71,121 @@ def _build_worker(root: str, start: int, step: int, n: int, size: int, ts: str, 
 
 
 class ScaleBench(Part):
-    def __init__(self, tb, res: Results, quick: bool, reps: int, work: Path, n: int):
+    def __init__(self, tb, res: Results, quick: bool, reps: int, work: Path, n: int, model: DiskModel):
         self.targets = list(tb)
         self.res = res
         self.quick = quick
-        # QUICK: one cold repetition plus one in the cgroup (the walks dominate the run time)
+        # QUICK: one cold repetition plus one in each memory budget (the walks dominate the run time)
         self.reps = 1 if quick else reps
         self.work = work
         self.n = n
-        self.size = int(os.environ.get("BENCH_SCALE_SIZE", "4096"))
+        self.model = model
+        # seed 004's objects were under 100 B; the fast tables have always used 4 KiB
+        self.size = int(os.environ.get("BENCH_SCALE_SIZE", "64" if model.throttled else "4096"))
         self.gets = 800 if quick else 10000
-        self.cg_reps = 1 if quick else max(1, reps - 1)
-        self.cg_limit = int(os.environ.get("BENCH_CGROUP_MEM", "0")) or ((192 << 20) + n * 320)
+        self.gets_c1 = 200 if quick else 1000
+        self.puts_c1 = 500 if quick else 2000
+        self.puts_c16 = 400 if quick else 2000
+        self.budgets = memory_budgets(n)
         self.servers: dict[str, so.ObjectServer] = {}
         self.ts = f"{time.time() - 3600:016.5f}"
         self.rng = random.Random(5)
+        self.nk = f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n // 1000}k"
+        self.cases = ColdCases(res, model, quick, n, self.nk, self.size)
 
     def _add(self, key, t, value, **define):
         self.res.add(key, t.name, value, group=define.pop("group", "scale"), **define)
 
     # ------------------------------------------------------------------ steps
     def run(self) -> None:
-        nk = f"{self.n / 1e6:g}M" if self.n >= 1_000_000 else f"{self.n // 1000}k"
-        self.nk = nk
         rss0 = {}
         for t in self.targets:
             if t.is_packfs and t.daemon_pid():
                 rss0[t.name] = rss_bytes(t.daemon_pid())
+        half = self.n // 2
         for t in self.targets:
-            self._guard("build", t, lambda: self.build(t))
-        for t in self.targets:
-            self._guard("remount", t, lambda: self.remount(t, rss0.get(t.name)))
+            self._guard("build", t, lambda: self.build(t, 0, half))
         for t in self.targets:
             srv = so.ObjectServer(t.name, t.devices, self.work / "swift-scale" / t.name)
             self.servers[t.name] = srv
             srv.start()
         try:
+            for t in self._order(0):
+                self._guard("PUT c1 at N/2", t, lambda: self.cases.puts(
+                    t, self.servers[t.name], 1, self.puts_c1, "scale.put.c1.half",
+                    f"single-threaded PUTs of {self.size} B, cold, from {half:,} objects"))
+            for t in self.targets:
+                self._guard("build", t, lambda: self.build(t, half, self.n))
+            for t in self.targets:
+                self._guard("remount", t, lambda: self.remount(t, rss0.get(t.name)))
+            for t in self._order(1):
+                self._guard("PUT c1 at N", t, lambda: self.cases.puts(
+                    t, self.servers[t.name], 1, self.puts_c1, "scale.put.c1.full",
+                    f"single-threaded PUTs of {self.size} B, cold, from {self.n:,} objects"))
             for rep in range(self.reps):
                 for t in self._order(rep):
-                    log(f"scale cold walk + GETs rep {rep + 1}/{self.reps} on {t.name}")
-                    self._guard("cold walk/GETs", t, lambda: self.cold(t, None))
+                    log(f"scale cold cases rep {rep + 1}/{self.reps} on {t.name} ({self.model.kind} disk)")
+                    self._guard("cold cases", t, lambda: self.cold_pass(t, None, "", ""))
             for t in self.targets:
                 if t.is_packfs and t.daemon_pid() and t.name in rss0:
                     rss = rss_bytes(t.daemon_pid())
                     self._add("scale.rss_per_file", t, (rss - rss0[t.name]) / self.n,
-                              label=f"packfs daemon RSS per stored file at {nk} (after walks, minus empty mount)",
+                              label=f"packfs daemon RSS per stored file at {self.nk} (after walks, minus empty mount)",
                               unit="B/file", better="lower", absolute=True)
-                    self._add("scale.rss", t, rss / 2**20, label=f"packfs daemon RSS at {nk} files",
+                    self._add("scale.rss", t, rss / 2**20, label=f"packfs daemon RSS at {self.nk} files",
                               unit="MiB", better="lower", absolute=True)
+            for t in self._order(0):
+                self._guard("PUT 20/s", t, lambda: self.paced(t))
             # recovery before the cgroup runs, so that an OOM kill there cannot spoil it
             for t in self.targets:
                 if t.is_packfs:
                     self._guard("kill -9 recovery", t, lambda: self.recovery(t))
-            kind = cgroup.available()
-            if kind is None:
-                self.res.note("cgroup runs skipped: no memory controller (cgroup v2 or v1) on this host")
-            else:
-                if kind == "v1":
-                    self.res.note("cgroup v2 has no memory controller on this host; the memory limit "
-                                  "uses the cgroup v1 memory controller (memory.limit_in_bytes)")
-                for rep in range(self.cg_reps):
-                    for t in self._order(rep):
-                        log(f"scale cgroup ({self.cg_limit >> 20} MiB) walk + GETs rep {rep + 1}/{self.cg_reps} "
-                            f"on {t.name}")
-                        self._guard("cgroup walk/GETs", t, lambda: self.cold(t, self.cg_limit))
+            self.budget_passes()
         finally:
             for srv in self.servers.values():
                 srv.stop()
 
-    def build(self, t) -> None:
+    def cold_pass(self, t, cg, tag: str, where: str) -> None:
+        """Seed 004's cold cases 2, 4 and 5 on one filesystem, in one memory budget."""
+        srv = self.servers[t.name]
+        self.cases.walk(t, cg, tag, where)
+        self.cases.gets(t, srv, 1, self.gets_c1, tag, where)
+        self.cases.gets(t, srv, 16, self.gets, tag, where)
+        self.cases.puts(t, srv, 16, self.puts_c16, f"scale.put.c16.cold{tag}",
+                        f"cold PUTs c16 of {self.size} B{where}")
+        self.cases.gets_beside_walk(t, srv, cg, tag, where)
+
+    def paced(self, t) -> None:
+        """Seed table 3: PUTs at 20/s with a hot cache (after an unmeasured walk), then after
+        dropping the caches."""
+        walk_json(t, None)  # warms the caches the PUTs' directories are in
+        self.cases.paced_puts(t, self.servers[t.name], cold=False)
+        self.cases.paced_puts(t, self.servers[t.name], cold=True)
+
+    def budget_passes(self) -> None:
+        kind = cgroup.available()
+        if kind is None:
+            self.res.note("memory-budget runs skipped: no memory controller (cgroup v2 or v1) on this host")
+            return
+        if kind == "v1":
+            self.res.note("cgroup v2 has no memory controller on this host; the memory budgets use the "
+                          "cgroup v1 memory controller (memory.limit_in_bytes)")
+        for tag, what, limit in self.budgets:
+            for rep in range(1 if self.quick else max(1, self.reps - 1)):
+                for t in self._order(rep):
+                    log(f"scale {what} budget ({limit >> 20} MiB) rep {rep + 1} on {t.name}")
+                    self._guard(f"{what} budget", t, lambda: self.in_budget(t, limit, tag, what))
+
+    def build(self, t, first: int, last: int) -> None:
+        """Objects first..last-1, unthrottled, as fast as two processes make them."""
         root = str(t.mnt)
-        log(f"scale: building {self.n:,} objects of {self.size} B on {t.name}")
+        count = last - first
+        log(f"scale: building objects {first:,} to {last:,} of {self.size} B on {t.name}")
         ctx = mp.get_context("fork")
         done = ctx.Value("q", 0)
         nproc = 2
         t0 = time.monotonic()
-        procs = [ctx.Process(target=_build_worker, args=(root, k, nproc, self.n, self.size, self.ts, done))
+        procs = [ctx.Process(target=_build_worker, args=(root, first + k, nproc, last, self.size, self.ts, done))
                  for k in range(nproc)]
         for p in procs:
             p.start()
@@ -155,8 +196,8 @@ class ScaleBench(Part):
                 last = time.monotonic()
                 v = done.value
                 rate = v / (last - t0)
-                eta = (self.n - v) / rate if rate else 0
-                log(f"  {t.name} build: {v:,}/{self.n:,} ({rate:.0f} files/s, ~{eta:.0f} s left)")
+                eta = (count - v) / rate if rate else 0
+                log(f"  {t.name} build: {v:,}/{count:,} ({rate:.0f} files/s, ~{eta:.0f} s left)")
         for p in procs:
             p.join()
         if any(p.exitcode for p in procs):
@@ -164,9 +205,9 @@ class ScaleBench(Part):
         t_sync = time.monotonic()
         os.sync()
         el = time.monotonic() - t0
-        self._add("scale.build.files", t, self.n / el, label=f"tree build {self.nk} objects (no fsync; sync at end)",
+        self._add("scale.build.files", t, count / el, label="tree build, unthrottled (no fsync; sync at end)",
                   unit="files/s")
-        log(f"  {t.name} built {self.n:,} objects in {el:.1f} s ({self.n / el:.0f} files/s; sync "
+        log(f"  {t.name} built {count:,} objects in {el:.1f} s ({count / el:.0f} files/s; sync "
             f"{time.monotonic() - t_sync:.1f} s)")
 
     def remount(self, t, rss_empty) -> None:
@@ -222,29 +263,16 @@ class ScaleBench(Part):
                           label=f"packfs {which}s kept whole beside their column per stored file at {self.nk}, {when}",
                           unit="times", better="lower", absolute=True, minor=True)
 
-    def _walk(self, t, cg) -> dict:
-        kw = {}
-        if cg is not None:
-            kw["preexec_fn"] = cgroup.preexec_join(cg.procs_file())
-        p = subprocess.run([sys.executable, "-m", "bench.walk", str(t.mnt)], capture_output=True, text=True,
-                           cwd=REPO, timeout=7200, **kw)
-        if p.returncode:
-            raise RuntimeError(f"walk failed: {p.stderr.strip()[-400:]}")
-        return json.loads(p.stdout)
-
-    def cold(self, t, limit) -> None:
+    def in_budget(self, t, limit: int, tag: str, what: str) -> None:
+        """The cold cases with the object server, the packfs daemon and the walkers in one
+        memory-limited cgroup. Memory already charged elsewhere does not move with a
+        process (cgroup v2, and v1 on current kernels), so the packfs daemon is remounted
+        and the object server restarted from inside the cgroup: their whole footprint, the
+        packfs table loaded at mount included, counts against the limit, as the XFS and
+        ext4 inode and dentry caches the walkers fill do."""
         srv = self.servers[t.name]
-        names = [f"obj-{i}" for i in self.rng.sample(range(self.n), min(self.gets, self.n))]
-        tag = "" if limit is None else ".cg"
-        where = "" if limit is None else f", in a {limit >> 20} MiB cgroup"
-        if limit is None:
-            self._cold_run(t, srv, names, None, tag, where)
-            return
+        where = f", in {what} ({limit >> 20} MiB)"
         with cgroup.MemCgroup("packfs-bench", limit) as cg:
-            # Memory already charged elsewhere does not move with a process (cgroup v2, and v1
-            # on current kernels), so the packfs daemon is remounted and the object server
-            # restarted from inside the cgroup: their whole footprint, the packfs table
-            # loaded at mount included, counts against the limit.
             with cg.joined():
                 if t.is_packfs:
                     t.umount()
@@ -260,42 +288,21 @@ class ScaleBench(Part):
             for pid in srv.pids() + t.pids():
                 cg.add(pid)  # no-op when already inside
             log(f"  {t.name} cgroup usage after (re)start {cg.usage() / 2**20:.0f} MiB")
-            self._cold_run(t, srv, names, cg, tag, where)
-            ooms = cg.oom_kills()
-            if ooms:
-                self.res.note(f"{t.name}: {ooms} OOM kill(s) in the {limit >> 20} MiB cgroup")
-            peak = cg.usage()
-            log(f"  {t.name} cgroup usage at end {peak / 2**20:.0f} MiB")
+            try:
+                self.cold_pass(t, cg, tag, where)
+            finally:
+                ooms = cg.oom_kills()
+                if ooms:
+                    self.res.note(f"{t.name}: {ooms} OOM kill(s) in {what} ({limit >> 20} MiB)")
+                log(f"  {t.name} cgroup usage at end {cg.usage() / 2**20:.0f} MiB")
         if t.is_packfs:
             pid = t.daemon_pid()
             try:
                 os.kill(pid, 0)
             except (TypeError, ProcessLookupError):
-                raise RuntimeError(f"the packfs daemon ({pid}) died during the {limit >> 20} MiB cgroup run "
-                                   "(OOM kill?)") from None
-        for srv_pid in ([] if srv.proc is None else [srv.proc.pid]):
-            if srv.proc.poll() is not None:
-                raise RuntimeError(f"the object server ({srv_pid}) died during the cgroup run (OOM kill?)")
-
-    def _cold_run(self, t, srv, names, cg, tag, where) -> None:
-        drop_caches()
-        w = self._walk(t, cg)
-        self._add(f"scale.walk.cold{tag}.s", t, w["seconds"],
-                  label=f"cold replicator walk, {self.nk} objects ({w['dirs']:,} dirs){where}",
-                  unit="s", better="lower")
-        if w["files"] < self.n:
-            self.res.note(f"{t.name}: walk found {w['files']:,} files, expected {self.n:,}")
-        drop_caches()
-        ph = so.run_phase(srv.port, "GET", names, self.size, 16, 600)
-        s = ph.summary()
-        self._add(f"scale.get.cold{tag}.ops", t, ph.rate if ph.ops else None, detail=s,
-                  label=f"cold random GETs c16 ({len(names):,} of {self.nk}){where}", unit="ops/s")
-        self._add(f"scale.get.cold{tag}.p99", t, s.get("p99"), label=f"cold random GETs c16{where}: p99",
-                  unit="ms", better="lower")
-        if ph.errors:
-            self.res.note(f"{t.name}: cold GETs{where}: {ph.errors} errors, first: {ph.first_error}")
-        log(f"  {t.name}{where}: walk {w['seconds']:.2f} s ({w['dirs']:,} dirs, {w['files']:,} files), "
-            f"GET {ph.rate:.0f} ops/s, p99 {s.get('p99', 0):.1f} ms")
+                raise RuntimeError(f"the packfs daemon ({pid}) died in {what} ({limit >> 20} MiB; OOM kill?)") from None
+        if srv.proc is not None and srv.proc.poll() is not None:
+            raise RuntimeError(f"the object server ({srv.proc.pid}) died in {what} (OOM kill?)")
 
     def recovery(self, t) -> None:
         srv = self.servers[t.name]
@@ -329,9 +336,21 @@ def _last_load(packdir) -> str:
     return lines[-1].split(": ", 1)[-1] if lines else "no load logged"
 
 
-def main(tb, res: Results, quick: bool, reps: int, work: Path, n: int) -> None:
-    sb = ScaleBench(tb, res, quick, reps, work, n)
+def memory_budgets(n: int) -> list[tuple[str, str, int]]:
+    """(key tag, name, bytes) of each memory budget: seed 004's node with 4 GB left for one
+    disk of 8 M objects (500 B an object) and for three such disks (170 B), each on top of
+    BENCH_CGROUP_BASE (128 MiB: the processes' own memory, which does not grow with the
+    objects); BENCH_CGROUP_MEM gives one budget of its own instead."""
+    fixed = int(os.environ.get("BENCH_CGROUP_MEM", "0"))
+    if fixed:
+        return [(".cg", "the given budget", fixed)]
+    base = int(os.environ.get("BENCH_CGROUP_BASE", str(128 << 20)))
+    return [(".cg500", "500 B/object", base + 500 * n), (".cg170", "170 B/object", base + 170 * n)]
+
+
+def main(tb, res: Results, quick: bool, reps: int, work: Path, n: int, model: DiskModel) -> None:
+    sb = ScaleBench(tb, res, quick, reps, work, n, model)
     res.config["scale"] = {"objects": n, "object_size": sb.size, "random_gets": sb.gets, "reps": sb.reps,
-                           "cgroup_limit": sb.cg_limit, "cgroup": cgroup.available(),
-                           "cgroup_reps": sb.cg_reps, "part_power": so.PART_POWER}
+                           "memory_budgets": {name: limit for _, name, limit in sb.budgets},
+                           "cgroup": cgroup.available(), "part_power": so.PART_POWER, "disk": model.to_dict()}
     sb.run()

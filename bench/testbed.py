@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .diskmodel import remove_stale_throttles
 from .util import REPO, log, run
 
 sys.path.insert(0, str(REPO / "tests"))
@@ -221,8 +222,10 @@ class Testbed:
 
 
 def cleanup_stale(work: Path) -> None:
-    """Undo whatever an interrupted earlier run left under WORK: mounts, loops, images."""
+    """Undo whatever an interrupted earlier run left under WORK: mounts, loops, images,
+    throttle rules."""
     work.mkdir(parents=True, exist_ok=True)
+    remove_stale_throttles()
     for mp, fstype in sorted(_mounted_under(work), key=lambda m: -len(m[0])):
         log(f"cleanup: stale mount {mp} ({fstype})")
         if fstype.startswith("fuse"):
