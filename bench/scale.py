@@ -84,7 +84,7 @@ class ScaleBench(Part):
         self.size = int(os.environ.get("BENCH_SCALE_SIZE", "64" if model.throttled else "4096"))
         self.gets = 800 if quick else 10000
         self.gets_c1 = 200 if quick else 1000
-        self.puts_c1 = 500 if quick else 2000
+        self.puts_c1 = 300 if quick else 2000
         self.puts_c16 = 400 if quick else 2000
         self.budgets = memory_budgets(n)
         self.servers: dict[str, so.ObjectServer] = {}
@@ -158,7 +158,7 @@ class ScaleBench(Part):
     def paced(self, t) -> None:
         """Seed table 3: PUTs at 20/s with a hot cache (after an unmeasured walk), then after
         dropping the caches."""
-        walk_json(t, None)  # warms the caches the PUTs' directories are in
+        walk_json(t, None, 300)  # warms the caches the PUTs' directories are in
         self.cases.paced_puts(t, self.servers[t.name], cold=False)
         self.cases.paced_puts(t, self.servers[t.name], cold=True)
 
