@@ -16,7 +16,7 @@ from . import __version__
 from .fuse import control
 from .core import pack
 from .store.disk import Disk
-from .options import OptionError, Options
+from .options import OptionError, Options, describe as describe_options
 
 
 def die(message: str) -> NoReturn:
@@ -292,10 +292,11 @@ def main(argv: list[str] | None = None) -> int:
                                      "served as a POSIX tree over FUSE.")
     parser.add_argument("--version", action="version", version=f"packfs {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    m = sub.add_parser("mount", help="mount PACKDIR at MOUNTPOINT (initialising an empty PACKDIR)")
+    m = sub.add_parser("mount", help="mount PACKDIR at MOUNTPOINT (initialising an empty PACKDIR)",
+                       epilog=describe_options(), formatter_class=argparse.RawDescriptionHelpFormatter)
     m.add_argument("packdir")
     m.add_argument("mountpoint")
-    m.add_argument("-o", metavar="OPT[,OPT...]", help="mount options (see README)")
+    m.add_argument("-o", metavar="OPT[,OPT...]", help="mount options, below")
     m.add_argument("-f", "--foreground", action="store_true", help="do not daemonise; log to stderr")
     m.set_defaults(func=cmd_mount)
     u = sub.add_parser("umount", help="flush, checkpoint and unmount")
