@@ -276,9 +276,15 @@ def format_stats(s: dict) -> str:
     if s.get("broken"):
         lines.append(f"BROKEN         writes refused after an I/O error: {s['broken']}")
     lines.append("")
-    lines.append(f"{'operation':<12} {'count':>10} {'errors':>8} {'mean us':>9} {'p50 us':>9} {'p99 us':>9}")
+    lines.append(f"{'operation':<12} {'count':>10} {'errors':>8} {'refused':>8} {'mean us':>9} {'p50 us':>9} "
+                 f"{'p99 us':>9}")
     for op, o in [*s["operations"].items(), *s.get("device", {}).items()]:
-        lines.append(f"{op:<12} {o['count']:>10,} {o['errors']:>8,} {o['mean_us']:>9} {o['p50_us']:>9} {o['p99_us']:>9}")
+        lines.append(f"{op:<12} {o['count']:>10,} {o['errors']:>8,} {o['refused']:>8,} {o['mean_us']:>9} "
+                     f"{o['p50_us']:>9} {o['p99_us']:>9}")
+    refused = sum(o["refused"] for o in s["operations"].values())
+    if refused:
+        lines.append(f"(refused: {refused:,} requests for what packfs does not do, by design, e.g. POSIX ACLs "
+                     "that cp -a tries to copy; answered EOPNOTSUPP, not errors)")
     return "\n".join(lines)
 
 
