@@ -199,13 +199,35 @@ def _passthrough_line(p: dict) -> str:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     packdir = _pack_of(args.mountpoint)
-    stats = control.request(pack.read_marker(packdir)["pack_id"], "stats")
+    try:
+        stats = control.request(pack.read_marker(packdir)["pack_id"], "stats")
+    except (OSError, pack.PackError, ValueError) as e:
+        die(_unanswered(args.mountpoint, e))
     if "error" in stats:
         die(f"stats of {args.mountpoint}: {stats['error']}")
-    if args.json:
-        print(json.dumps(stats, indent=2))
-        return 0
-    print(format_stats(stats))
+    return _emit(json.dumps(stats, indent=2) if args.json else format_stats(stats))
+
+
+def _unanswered(mountpoint: str, e: Exception) -> str:
+    """Why the daemon of a listed mount gave no stats, in a line."""
+    try:
+        os.stat(mountpoint)
+    except OSError as dead:
+        if dead.errno == errno.ENOTCONN:
+            return (f"the daemon of {mountpoint} has died (the mount answers ENOTCONN); "
+                    f"`packfs mount` or the packfs@ unit mounts it again")
+    return f"stats of {mountpoint}: no answer from its daemon: {getattr(e, 'strerror', None) or e}"
+
+
+def _emit(text: str) -> int:
+    """Print text; if the reader has closed the pipe (`| head`), end quietly with the status
+    of a command killed by SIGPIPE (128 + 13), as other Unix tools do."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python flushes stdout again at exit
+        return 128 + 13
     return 0
 
 
@@ -219,6 +241,7 @@ def _size(n: float) -> str:
 
 def format_stats(s: dict) -> str:
     lines = [
+        f"daemon         {s['pid']:>12}   packfs {s['version']}, {s['pack_directory']} at {s['mountpoint']}",
         f"files          {s['files']:>12,}   directories {s['directories']:,}",
         f"bytes          {_size(s['bytes']):>12}   in {s['volumes']} volume(s)",
         f"live / dead    {_size(s['live_bytes']):>12} / {_size(s['dead_bytes'])}   "
