@@ -12,7 +12,7 @@ import sys
 import time
 from typing import NoReturn
 
-from . import __version__
+from . import __version__, prometheus
 from .fuse import control
 from .core import pack
 from .store.disk import Disk
@@ -205,6 +205,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         die(_unanswered(args.mountpoint, e))
     if "error" in stats:
         die(f"stats of {args.mountpoint}: {stats['error']}")
+    if args.prometheus:
+        return _emit(prometheus.render(stats).rstrip("\n"))
     return _emit(json.dumps(stats, indent=2) if args.json else format_stats(stats))
 
 
@@ -333,7 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     u.set_defaults(func=cmd_umount)
     s = sub.add_parser("stats", help="files, bytes, space, RSS and per-operation latency of a mount")
     s.add_argument("mountpoint")
-    s.add_argument("--json", action="store_true")
+    form = s.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="every figure, as JSON (docs/stats.md)")
+    form.add_argument("--prometheus", action="store_true",
+                      help="every figure in Prometheus's text format, for node_exporter's textfile collector")
     s.set_defaults(func=cmd_stats)
     f = sub.add_parser("fsck", help="verify every record and the catalog of an unmounted pack")
     f.add_argument("packdir")

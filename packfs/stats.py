@@ -60,6 +60,7 @@ class OpStats:
 
     def report(self) -> dict[str, dict]:
         return {op: {"count": self.counts[op], "errors": self.errors[op], "refused": self.refused[op],
+                     "total_us": round(self.total_ns[op] / 1000, 1),
                      "mean_us": round(self.total_ns[op] / self.counts[op] / 1000, 1),
                      "p50_us": round(self._quantile(h, 0.5), 1),
                      "p99_us": round(self._quantile(h, 0.99), 1)}
