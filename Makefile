@@ -34,8 +34,13 @@ unit: setup
 test: setup
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
 
+# run/ holds the demo's and the benchmarks' packs: refuse while anything is mounted under it
+# (a cluster kept with KEEP=1: `make stop` first), and never cross into a mount.
 clean:
-	rm -rf $(STAMPS) build *.egg-info
+	@if grep -q " $(CURDIR)/run/" /proc/mounts; then \
+	  echo "make clean: something is mounted under $(CURDIR)/run (make stop, or unmount it) first" >&2; exit 1; \
+	fi
+	rm -rf --one-file-system $(STAMPS) build *.egg-info run
 	find packfs -name '*.so' -delete
 
 # Feature targets live in mk/: demo and Swift (mk/swift.mk), benchmarks (mk/bench.mk), crash campaign.

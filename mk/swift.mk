@@ -1,6 +1,7 @@
 # Stock OpenStack Swift on packfs (issue 3). See mount/README.md.
-#   make demo               4 packfs devices, rings, Swift on 127.0.0.1, a workload, daemons, summary, teardown
-#   make demo KEEP=1        ... and leave the cluster running; `make stop` tears it down
+#   make demo               4 packfs devices, rings, Swift on 127.0.0.1, a workload, daemons, summary, teardown;
+#                           a passed demo removes what it made in RUN_DIR, a failed one keeps it to be looked at
+#   make demo KEEP=1        ... and leave the cluster running (and RUN_DIR); `make stop` tears it down
 #   make demo NODE_ROOT=/srv/node    mount the devices at /srv/node/sdb1..sdb4
 #   make swift-test         the tests/swift suite (stock Swift on real packfs mounts)
 #   make swift-unit         Swift's own unit tests (diskfile, utils, libc) with TMPDIR on packfs

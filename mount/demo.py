@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import hashlib
 import json
 import os
@@ -216,6 +217,29 @@ def stop(run_dir: Path) -> int:
     return 1 if errors else 0
 
 
+RUN_PARTS = ("packs", "etc", "log", "cache", "pid", "tmp", "srv", "cluster.json")  # what a cluster makes there
+
+
+def remove_run_dir(run_dir: Path) -> None:
+    """A passed demo leaves nothing behind (its packs are ~400 MB); a failed one keeps all
+    to be looked at, and KEEP=1 the running cluster. Only what the cluster made goes (RUN_DIR
+    may be any directory), and never through a mount."""
+    with open("/proc/mounts") as f:
+        under = [t for t in (line.split()[1] for line in f) if t.startswith(f"{run_dir}/")]
+    if under:
+        print(f"left {run_dir} in place: {', '.join(under)} still mounted")
+        return
+    for part in RUN_PARTS:
+        path = run_dir / part
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()  # if the demo's parts were all it held
+    print(f"removed the demo's packs and logs from {run_dir} (make demo KEEP=1 keeps them)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", default=str(REPO / "run" / "demo"))
@@ -273,13 +297,16 @@ def main() -> int:
             print(f"  {total:7.1f}s  total")
             for d in c.devices:
                 stats = c.stats(d)
-                full = c.log_dir / f"packfs-stats-{d.name}.txt"
-                full.write_text(stats + "\n")
                 lines = stats.splitlines()
                 head = lines[:next((i for i, ln in enumerate(lines) if ln.startswith("operation")), len(lines))]
                 ops = [ln for ln in lines if ln.split()[:1] in (["operation"], ["fsync"], ["fsyncdir"],
                                                                ["write"], ["read"], ["disk_flush"])]
-                print(f"--- packfs stats {d.mountpoint}   (all operations: {full})")
+                if args.keep:
+                    full = c.log_dir / f"packfs-stats-{d.name}.txt"
+                    full.write_text(stats + "\n")
+                    print(f"--- packfs stats {d.mountpoint}   (all operations: {full})")
+                else:
+                    print(f"--- packfs stats {d.mountpoint}   (all operations: make demo KEEP=1 keeps them)")
                 print("\n".join(ln for ln in head + ops if ln.strip()))
         if ok and args.keep:
             print(f"\nThe cluster keeps running (proxy {c.proxy_url}). Reach it with:\n"
@@ -292,7 +319,9 @@ def main() -> int:
             if errors:
                 print("unmount errors:", errors)
                 return 1
-    print("demo OK" if ok else "demo FAILED")
+            if ok:
+                remove_run_dir(run_dir)
+    print("demo OK" if ok else f"demo FAILED; its packs and logs are in {run_dir}")
     return 0 if ok else 1
 
 

@@ -8,7 +8,8 @@ Layers, top to bottom; imports only point down (tests/unit/test_layers.py checks
   namespace/              the in-memory inode table
   store/     swiftmeta/   volumes of records and their writer; Swift's metadata codec
   store/disk.py           the only module that does OS IO on the pack
-  errors.py, options.py, stats.py: plain values any layer may use
+  errors.py, options.py, stats.py: plain values any layer may use;
+  prometheus.py: the stats as Prometheus text (a pure function, for the cli)
 """
 
 __version__ = "0.1.0"

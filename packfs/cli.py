@@ -12,11 +12,11 @@ import sys
 import time
 from typing import NoReturn
 
-from . import __version__
+from . import __version__, prometheus
 from .fuse import control
 from .core import pack
 from .store.disk import Disk
-from .options import OptionError, Options
+from .options import OptionError, Options, describe as describe_options
 
 
 def die(message: str) -> NoReturn:
@@ -199,13 +199,37 @@ def _passthrough_line(p: dict) -> str:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     packdir = _pack_of(args.mountpoint)
-    stats = control.request(pack.read_marker(packdir)["pack_id"], "stats")
+    try:
+        stats = control.request(pack.read_marker(packdir)["pack_id"], "stats")
+    except (OSError, pack.PackError, ValueError) as e:
+        die(_unanswered(args.mountpoint, e))
     if "error" in stats:
         die(f"stats of {args.mountpoint}: {stats['error']}")
-    if args.json:
-        print(json.dumps(stats, indent=2))
-        return 0
-    print(format_stats(stats))
+    if args.prometheus:
+        return _emit(prometheus.render(stats).rstrip("\n"))
+    return _emit(json.dumps(stats, indent=2) if args.json else format_stats(stats))
+
+
+def _unanswered(mountpoint: str, e: Exception) -> str:
+    """Why the daemon of a listed mount gave no stats, in a line."""
+    try:
+        os.stat(mountpoint)
+    except OSError as dead:
+        if dead.errno == errno.ENOTCONN:
+            return (f"the daemon of {mountpoint} has died (the mount answers ENOTCONN); "
+                    f"`packfs mount` or the packfs@ unit mounts it again")
+    return f"stats of {mountpoint}: no answer from its daemon: {getattr(e, 'strerror', None) or e}"
+
+
+def _emit(text: str) -> int:
+    """Print text; if the reader has closed the pipe (`| head`), end quietly with the status
+    of a command killed by SIGPIPE (128 + 13), as other Unix tools do."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python flushes stdout again at exit
+        return 128 + 13
     return 0
 
 
@@ -219,6 +243,7 @@ def _size(n: float) -> str:
 
 def format_stats(s: dict) -> str:
     lines = [
+        f"daemon         {s['pid']:>12}   packfs {s['version']}, {s['pack_directory']} at {s['mountpoint']}",
         f"files          {s['files']:>12,}   directories {s['directories']:,}",
         f"bytes          {_size(s['bytes']):>12}   in {s['volumes']} volume(s)",
         f"live / dead    {_size(s['live_bytes']):>12} / {_size(s['dead_bytes'])}   "
@@ -276,9 +301,15 @@ def format_stats(s: dict) -> str:
     if s.get("broken"):
         lines.append(f"BROKEN         writes refused after an I/O error: {s['broken']}")
     lines.append("")
-    lines.append(f"{'operation':<12} {'count':>10} {'errors':>8} {'mean us':>9} {'p50 us':>9} {'p99 us':>9}")
+    lines.append(f"{'operation':<12} {'count':>10} {'errors':>8} {'refused':>8} {'mean us':>9} {'p50 us':>9} "
+                 f"{'p99 us':>9}")
     for op, o in [*s["operations"].items(), *s.get("device", {}).items()]:
-        lines.append(f"{op:<12} {o['count']:>10,} {o['errors']:>8,} {o['mean_us']:>9} {o['p50_us']:>9} {o['p99_us']:>9}")
+        lines.append(f"{op:<12} {o['count']:>10,} {o['errors']:>8,} {o['refused']:>8,} {o['mean_us']:>9} "
+                     f"{o['p50_us']:>9} {o['p99_us']:>9}")
+    refused = sum(o["refused"] for o in s["operations"].values())
+    if refused:
+        lines.append(f"(refused: {refused:,} requests for what packfs does not do, by design, e.g. POSIX ACLs "
+                     "that cp -a tries to copy; answered EOPNOTSUPP, not errors)")
     return "\n".join(lines)
 
 
@@ -292,10 +323,11 @@ def main(argv: list[str] | None = None) -> int:
                                      "served as a POSIX tree over FUSE.")
     parser.add_argument("--version", action="version", version=f"packfs {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    m = sub.add_parser("mount", help="mount PACKDIR at MOUNTPOINT (initialising an empty PACKDIR)")
+    m = sub.add_parser("mount", help="mount PACKDIR at MOUNTPOINT (initialising an empty PACKDIR)",
+                       epilog=describe_options(), formatter_class=argparse.RawDescriptionHelpFormatter)
     m.add_argument("packdir")
     m.add_argument("mountpoint")
-    m.add_argument("-o", metavar="OPT[,OPT...]", help="mount options (see README)")
+    m.add_argument("-o", metavar="OPT[,OPT...]", help="mount options, below")
     m.add_argument("-f", "--foreground", action="store_true", help="do not daemonise; log to stderr")
     m.set_defaults(func=cmd_mount)
     u = sub.add_parser("umount", help="flush, checkpoint and unmount")
@@ -303,7 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     u.set_defaults(func=cmd_umount)
     s = sub.add_parser("stats", help="files, bytes, space, RSS and per-operation latency of a mount")
     s.add_argument("mountpoint")
-    s.add_argument("--json", action="store_true")
+    form = s.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="every figure, as JSON (docs/stats.md)")
+    form.add_argument("--prometheus", action="store_true",
+                      help="every figure in Prometheus's text format, for node_exporter's textfile collector")
     s.set_defaults(func=cmd_stats)
     f = sub.add_parser("fsck", help="verify every record and the catalog of an unmounted pack")
     f.add_argument("packdir")

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+from typing import TypeVar
 
+T = TypeVar("T")
 _UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -25,33 +27,38 @@ def parse_size(text: str) -> int:
     return value
 
 
+def _knob(default: T, doc: str) -> T:
+    """A mount option's default and its one-line documentation (`packfs mount --help`)."""
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass
 class Options:
-    """Every knob, with its default. README.md documents each one."""
+    """Every knob, with its default and a line of documentation; README.md says more of each."""
 
-    disk_chunk_size: int = 1 << 20     # appends reach the disk in pieces of this size
-    max_dirty: int = 256 << 20         # unflushed bytes per mount before writers wait
-    volume_size: int = 4 << 30         # roll over to a new volume file past this size
-    checkpoint_bytes: int = 1 << 30    # checkpoint the catalog after this much log
-    commit_interval: float = 5.0       # commit what no fsync has after this many seconds (0: never)
-    cache_size: int = 64 << 20         # verified-record read cache
-    entry_timeout: float = 300.0       # kernel dentry cache lifetime (packfs is the only writer)
-    attr_timeout: float = 300.0        # kernel attribute cache lifetime
-    writeback_cache: bool = False      # kernel writeback cache (large objects gain, small ones pay)
-    direct_writes: bool = True         # write-only and creating handles bypass the page cache
-    allow_other: bool = os.geteuid() == 0  # let other users (Swift's) use a root mount
-    max_tasks: int = 64                # concurrent pyfuse3 request tasks
-    busy_poll_us: int = 100            # the loop polls this long after a request before sleeping
-    drain: int = 8                     # queued requests read back to back before the loop yields
-    prefetch: bool = True              # a file's first xattr read starts the disk read of its data
-    dircache: bool = True              # directories open without a request; the kernel caches listings
-    filecache: bool = True             # files open without a request (no OPEN, no RELEASE)
-    xattrcache: bool = True            # getxattr answered in C from the xattrs last read
-    xattrs_in_memory: bool = True      # off: checkpointed xattr values are read from the catalog
-    tmpfile: bool = True               # open(O_TMPFILE) makes a file with no name (fuse shim)
-    fallocate: bool = True             # fallocate(2): punch holes, check space (fuse shim)
-    passthrough: bool = False          # the kernel writes O_TMPFILE files to staging files (staging.py)
-    debug: bool = False                # log every request
+    disk_chunk_size: int = _knob(1 << 20, "appends reach the disk in pieces of this size")
+    max_dirty: int = _knob(256 << 20, "unflushed bytes per mount before writers wait")
+    volume_size: int = _knob(4 << 30, "roll over to a new volume file past this size")
+    checkpoint_bytes: int = _knob(1 << 30, "checkpoint the catalog after this much log")
+    commit_interval: float = _knob(5.0, "commit what no fsync has after this many seconds (0: never)")
+    cache_size: int = _knob(64 << 20, "verified-record read cache")
+    entry_timeout: float = _knob(300.0, "kernel dentry cache lifetime (packfs is the only writer)")
+    attr_timeout: float = _knob(300.0, "kernel attribute cache lifetime")
+    writeback_cache: bool = _knob(False, "kernel writeback cache (large objects gain, small ones pay)")
+    direct_writes: bool = _knob(True, "write-only and creating handles bypass the page cache")
+    allow_other: bool = _knob(os.geteuid() == 0, "let other users (Swift's) use a root mount")
+    max_tasks: int = _knob(64, "concurrent pyfuse3 request tasks")
+    busy_poll_us: int = _knob(100, "the loop polls this long after a request before sleeping")
+    drain: int = _knob(8, "queued requests read back to back before the loop yields")
+    prefetch: bool = _knob(True, "a file's first xattr read starts the disk read of its data")
+    dircache: bool = _knob(True, "directories open without a request; the kernel caches listings")
+    filecache: bool = _knob(True, "files open without a request (no OPEN, no RELEASE)")
+    xattrcache: bool = _knob(True, "getxattr answered in C from the xattrs last read")
+    xattrs_in_memory: bool = _knob(True, "off: checkpointed xattr values are read from the catalog")
+    tmpfile: bool = _knob(True, "open(O_TMPFILE) makes a file with no name (fuse shim)")
+    fallocate: bool = _knob(True, "fallocate(2): punch holes, check space (fuse shim)")
+    passthrough: bool = _knob(False, "the kernel writes O_TMPFILE files to staging files (staging.py)")
+    debug: bool = _knob(False, "log every request")
 
     _SIZES = ("disk_chunk_size", "max_dirty", "volume_size", "checkpoint_bytes", "cache_size")
 
@@ -107,3 +114,24 @@ class Options:
             return float(value) if typ in ("float", float) else int(value)
         except ValueError:
             raise OptionError(f"{name}={value!r} is not a number") from None
+
+
+def _shown(name: str, value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if name in Options._SIZES and isinstance(value, int):
+        for unit, mult in reversed(_UNITS.items()):
+            if value % mult == 0:
+                return f"{value // mult}{unit.upper()}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def describe() -> str:
+    """Every mount option, its default and its documentation, a line each: `packfs mount --help`
+    prints this, so the list cannot drift from the options themselves."""
+    rows = [(f.name if f.type in ("bool", bool) else f"{f.name}=N", _shown(f.name, f.default), f.metadata["doc"])
+            for f in fields(Options)]
+    width, dwidth = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
+    lines = [f"  {opt:<{width}}  {default:<{dwidth}}  {doc}" for opt, default, doc in rows]
+    return ("mount options (-o a,b=N,...; sizes take K, M, G; a switch is turned off as noNAME),\n"
+            "with their defaults:\n" + "\n".join(lines))

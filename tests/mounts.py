@@ -82,14 +82,20 @@ def umount(packdir: Path, mountpoint: Path) -> None:
     assert not is_mounted(mountpoint)
 
 
-def kill9(packdir: Path, mountpoint: Path) -> None:
-    """Simulate a crash of the daemon, then clear the dead mount point."""
+def kill_daemon(packdir: Path) -> None:
+    """kill -9 the daemon (a crash, the OOM killer) and wait until it is gone; its mount
+    stays behind, dead (ENOTCONN)."""
     pid = daemon_pid(packdir)
     assert pid, "no daemon pid"
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 30
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def kill9(packdir: Path, mountpoint: Path) -> None:
+    """Simulate a crash of the daemon, then clear the dead mount point."""
+    kill_daemon(packdir)
     force_unmount(mountpoint)
 
 

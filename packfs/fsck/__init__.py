@@ -19,7 +19,7 @@ The check, read-only:
    it touches by path.
 
 Exit status: 0 clean, 1 problems found (with --repair: problems remain after repair),
-2 the check could not run (pack in use, not a pack).
+2 the check could not run (no such directory, pack in use, not a pack).
 
 --repair recovers the log as mount does (cutting the uncommitted tail), then makes the
 pack consistent without losing any intact fsync'd file: files whose records are damaged
@@ -68,6 +68,10 @@ def check(packdir: str, repair: bool = False, *, disk: Disk | None = None,
     packdir = os.path.abspath(packdir)
     report = Report(packdir)
     lock_fd = -1
+    if not os.path.isdir(packdir):  # said so, not an errno of the lock file's path
+        report.error = f"{packdir} " + ("is not a directory" if os.path.exists(packdir) else "does not exist")
+        out(report.summary())
+        return report
     try:
         if lock:
             try:

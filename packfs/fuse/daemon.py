@@ -14,6 +14,7 @@ import pyfuse3
 import trio
 
 from . import control, fuseloop
+from .. import __version__
 from ..core import pack
 from ..store.disk import Disk
 from ..core.filesystem import Filesystem
@@ -177,7 +178,9 @@ class Daemon:
     async def _serve(self, fs: Filesystem, ops: Operations, ready: Ready) -> None:
         async def on_control(command: str) -> dict:
             if command == "stats":
-                return {**await fs.stats(), "operations": ops.opstats.report(), "busy_poll_turns": ops.busypoll.spins,
+                return {"pid": os.getpid(), "version": __version__, "pack_directory": self.packdir,
+                        "mountpoint": self.mountpoint,
+                        **await fs.stats(), "operations": ops.opstats.report(), "busy_poll_turns": ops.busypoll.spins,
                         "busy_poll_caught": ops.busypoll.caught, "busy_poll_expired": ops.busypoll.expired,
                         "zero_message_opendir": fuseshim.zero_message_opendir(),
                         "zero_message_open": fuseshim.zero_message_open(),

@@ -41,7 +41,7 @@ from ..core.filesystem import Filesystem, Setattr
 from ..namespace.inodes import Inode
 from .listings import Listings
 from .staging import Staging
-from ..stats import OpStats
+from ..stats import REFUSALS, OpStats
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +60,14 @@ def _op(fn: Callable) -> Callable:
     async def handler(self: "Operations", *args: Any) -> Any:
         t0 = time.perf_counter_ns()
         failed = True
+        refused = False
         self.inflight += 1
         try:
             result = await fn(self, *args)
             failed = False
             return result
         except FsError as e:
+            refused = e.errno in REFUSALS
             raise pyfuse3.FUSEError(e.errno) from None
         except pyfuse3.FUSEError:
             raise
@@ -74,7 +76,7 @@ def _op(fn: Callable) -> Callable:
             raise pyfuse3.FUSEError(errno.EIO) from None
         finally:
             self.inflight -= 1
-            self.opstats.record(name, time.perf_counter_ns() - t0, failed)
+            self.opstats.record(name, time.perf_counter_ns() - t0, failed, refused)
             self.busypoll.touch()
 
     return handler

@@ -24,3 +24,20 @@ def test_volume_size_is_at_most_4g():
     assert Options.parse("volume_size=4G").volume_size == 4 << 30
     with pytest.raises(OptionError, match="volume_size must be at most 4G"):
         Options.parse("volume_size=5G")
+
+
+def test_mount_help_lists_every_option_with_its_default_and_documentation(capsys):
+    """`packfs mount --help` is generated from the options themselves, so it cannot drift."""
+    from dataclasses import fields
+
+    from packfs.cli import main
+    with pytest.raises(SystemExit) as done:
+        main(["mount", "--help"])
+    assert done.value.code == 0
+    shown = {line.split()[0].removesuffix("=N"): line for line in capsys.readouterr().out.splitlines()
+             if line.startswith("  ") and not line.lstrip().startswith("-")}
+    for f in fields(Options):
+        assert f.metadata.get("doc"), f"{f.name} has no documentation in options.py"
+        assert f.name in shown, f"packfs mount --help does not list {f.name}"
+        assert f.metadata["doc"] in shown[f.name]
+    assert shown["disk_chunk_size"].split()[1] == "1M" and shown["writeback_cache"].split()[1] == "off"
