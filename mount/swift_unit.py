@@ -49,7 +49,7 @@ XFS_BASELINE = {"passed": 935, "skipped": 9, "total": 944}
 # Skips that XFS has too (not filesystem-related): splice zero-copy, pkg_resources.
 XFS_SKIP_REASONS = ("zero-copy support is missing", "pkg_resources loading")
 
-# packfs must pass every test XFS passes (until session 39, 12 could not: O_TMPFILE and
+# packfs must pass every test XFS passes (until 9a1b9ca, 2026-11-27, 12 could not: O_TMPFILE and
 # fallocate, which the fuse shim now hands to packfs; docs/swift-unit-tests.md).
 REQUIRED_PASSED = XFS_BASELINE["passed"]
 

@@ -20,7 +20,7 @@ there: a spinning loop otherwise keeps the CPU for its share of the scheduler's 
 and the threads queued behind it wait, Swift's among them, whose next request is what
 the loop waits for. With a CPU-bound process on the loop's CPU, that process had half
 of it while the loop spun, and all of it with the yield (tests/unit/test_busypoll.py).
-Swift 4 KiB PUT at concurrency 16 (five alternated pairs, session 43): 599-630 against
+Swift 4 KiB PUT at concurrency 16 (five alternated pairs, 4e15f84, 2026-11-27): 599-630 against
 534-594 ops/s; in three of them the object server's threads waited for a CPU 829-867
 against 1,169-1,268 us per PUT. 100 KiB and 1 MiB PUT and 4 KiB GET at concurrency 16,
 PUT and GET at concurrency 1, and fio's small files and 64 KiB stream moved within the

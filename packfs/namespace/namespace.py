@@ -29,7 +29,7 @@ RENAME_EXCHANGE = 2
 # Changed inodes that make the journal commit without an fsync (in a tree build without
 # fsync: a replication pass, a copy). It bounds a META record's size and what a crash
 # replays. Taken at once, 20,000 held the event loop 160-330 ms and 4,000 ~50 ms, and
-# the build ran as fast (see docs/bench-latest.md); now such a commit is snapshotted a
+# the build ran as fast (57909c6, 2026-11-26); now such a commit is snapshotted a
 # part per turn (Journal._commit_behind).
 COMMIT_INODES = 4_000
 # A map at least this long is journaled as its edits since the previous commit took it,

@@ -539,7 +539,7 @@ static int read_pickle(Reader *r) {
 /* ---- MD5 (RFC 1321) ----
  * Here rather than through hashlib: that is OpenSSL's EVP machinery, a cold path of its
  * own on every GET (hashlib.md5 of Swift's pickle took 20 us inside the daemon, against
- * 3.3 in a loop: docs/bench-latest.md, findings of session 46). */
+ * 3.3 in a loop; measured 2026-11-27). */
 
 static uint32_t md5_k[64];
 static const unsigned char md5_s[64] = {7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22,

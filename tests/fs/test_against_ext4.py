@@ -3,8 +3,8 @@ every one: the result or errno, and the whole small tree (types, modes, owners, 
 counts, sizes, contents, xattrs, symlink targets, and which of mtime and ctime changed).
 A third of them are on handles kept open while their files are renamed or unlinked.
 
-An ad-hoc run of this kind found, in session 37, xattr names ext4 and XFS refuse taken,
-a chown to -1:-1 that kept the set-ID bits (and one of that session's own changes that
+An ad-hoc run of this kind found, on 2026-11-27, xattr names ext4 and XFS refuse taken,
+a chown to -1:-1 that kept the set-ID bits (and one change of that day that
 kept its ctime), and an O_TRUNC open of an empty file that kept the times. What differs
 on purpose, and so is not compared:
 

@@ -1,5 +1,5 @@
 """Random operations from four threads through a real mount, then an unmount, fsck and a
-remount: what an ad-hoc run of this kind found in session 36 (fsck reading a healthy
+remount: what an ad-hoc run of this kind found on 2026-11-27 (fsck reading a healthy
 pack as damaged, MAP_SHARED refused on a creating handle, the writeback cache's times
 lost at a remount) stays found.
 

@@ -52,7 +52,7 @@ def test_a_catalog_read_of_xattrs_leaves_the_event_loop_free(tmp_path: Path):
 
 
 def test_a_name_older_packs_took_stays_readable_and_removable(tmp_path: Path):
-    """Names outside user., trusted. and security. are refused since session 37; one a
+    """Names outside user., trusted. and security. are refused since 2026-11-27; one a
     file already has is still read and removed, not hidden behind EOPNOTSUPP."""
 
     async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
