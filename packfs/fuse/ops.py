@@ -7,7 +7,9 @@ kernel stops sending it (release does the work).
 
 The handle create() returns, and handles that only write (O_WRONLY) where files are
 opened by a request (nofilecache), use direct I/O (option direct_writes): each write()
-is one request, and nothing is cached that a small Swift object would not read back.
+is one request, and nothing is cached that a small Swift object would not read back
+(not a handle opened O_SYNC or O_DSYNC: the kernel follows only a cached write with the
+FSYNC such a write needs).
 With filecache (fuseshim.py) an existing file opens without a request: its reads and
 writes come with the inode as the handle, and open and release are never called. The
 kernel then sends no RELEASE for files create() opened either, so create() gives them
@@ -287,8 +289,15 @@ class Operations(pyfuse3.Operations):
         if self.staging and self.staging.open_for_passthrough(inode):
             return await self._share(inode, flags, ctx)
         fh = self.fs.open(inode, truncate=bool(flags & os.O_TRUNC), privileged=ctx.uid == 0)
-        direct = self._direct_writes and (flags & os.O_ACCMODE) == os.O_WRONLY
+        direct = self._direct(flags) and (flags & os.O_ACCMODE) == os.O_WRONLY
         return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=direct)
+
+    def _direct(self, flags: int) -> bool:
+        """Whether an open with these flags may get direct I/O (direct_writes). Not with
+        O_SYNC or O_DSYNC: the kernel follows a cached write of such a file with an FSYNC,
+        a direct one with nothing, and its write would be acknowledged before it is
+        durable."""
+        return self._direct_writes and not flags & os.O_DSYNC  # (O_SYNC includes O_DSYNC's bit)
 
     async def _share(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         """An open of a file open for passthrough, which the kernel allows only as another
@@ -320,7 +329,7 @@ class Operations(pyfuse3.Operations):
             fh = self.fs.open(node.ino, privileged=ctx.uid == 0)
         if self.staging is not None and name == TMPFILE_NAME:
             self.staging.begin(node.ino, fh, privileged=ctx.uid == 0)
-        return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=self._direct_writes), self.entry(node)
+        return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=self._direct(flags)), self.entry(node)
 
     @_op
     async def read(self, fh: int, off: int, size: int) -> bytes:

@@ -225,6 +225,7 @@ def loop_ext4(tmp_path: Path, size: int, block_size: int | None = None) -> Itera
 
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
+RENAME_WHITEOUT = 4
 AT_FDCWD = -100
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
