@@ -27,7 +27,8 @@ def parse_size(text: str) -> int:
 
 @dataclass
 class Options:
-    """Every knob, with its default. README.md documents each one."""
+    """Every knob, with its default. README.md's options table documents each one, docs/options.md
+    the mechanism and measurements behind those that need more."""
 
     disk_chunk_size: int = 1 << 20     # appends reach the disk in pieces of this size
     max_dirty: int = 256 << 20         # unflushed bytes per mount before writers wait
@@ -51,9 +52,15 @@ class Options:
     tmpfile: bool = True               # open(O_TMPFILE) makes a file with no name (fuse shim)
     fallocate: bool = True             # fallocate(2): punch holes, check space (fuse shim)
     passthrough: bool = False          # the kernel writes O_TMPFILE files to staging files (staging.py)
+    # Access times, set by packfs (the kernel leaves a FUSE file's atime to it): a read, a
+    # listing from its start or a readlink sets atime to now under `relatime` if it is older
+    # than mtime or ctime or a day old, under `strictatime` always, under `noatime` never
+    # (recommended for Swift devices, as for XFS: each update is an inode change to commit).
+    atime: str = "relatime"            # one of ATIME_MODES; given as the option `noatime` etc.
     debug: bool = False                # log every request
 
     _SIZES = ("disk_chunk_size", "max_dirty", "volume_size", "checkpoint_bytes", "cache_size")
+    ATIME_MODES = ("relatime", "strictatime", "noatime")
 
     @classmethod
     def parse(cls, text: str | None) -> "Options":
@@ -63,8 +70,14 @@ class Options:
             name, _, value = item.partition("=")
             name = name.strip()
             if name in ("rw", "defaults", "auto", "noauto", "user", "nouser", "_netdev", "nofail", "dev",
-                        "suid", "exec", "atime", "relatime"):
-                continue  # fstab and mount(8) options that mean nothing here
+                        "suid", "exec"):
+                continue  # fstab and mount(8) options that mean nothing here, or packfs's default (exec)
+            if name in cls.ATIME_MODES or name == "atime":
+                if value:
+                    raise OptionError(f"{name} takes no value")
+                # mount(8)'s `atime` only undoes `noatime`: the kernel's default, relatime, applies.
+                opts.atime = name if name != "atime" else "relatime" if opts.atime == "noatime" else opts.atime
+                continue
             if name.startswith("no") and name[2:] in known and known[name[2:]].type in ("bool", bool) and not value:
                 setattr(opts, name[2:], False)
                 continue

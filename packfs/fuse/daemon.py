@@ -27,7 +27,11 @@ Ready = Callable[[str], None]  # '' once mounted and serving, else the reason it
 
 
 def fuse_options(packdir: str, opts: Options) -> set[str]:
+    """The options libfuse mounts with. packfs keeps atime itself (the kernel leaves a FUSE
+    inode's atime to it); noatime goes to the kernel too, only for /proc/mounts to show,
+    which libfuse 3.14 cannot do for strictatime (the kernel's default, relatime, shows)."""
     out = {"fsname=" + packdir, "subtype=packfs", "default_permissions"}
+    out |= {"noatime"} if opts.atime == "noatime" else set()
     if opts.allow_other:
         out.add("allow_other")
     if opts.debug:

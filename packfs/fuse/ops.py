@@ -254,6 +254,8 @@ class Operations(pyfuse3.Operations):
         parent = fh  # the directory's inode (see opendir)
         number, entries, start = self.listings.resume(parent, start_id)
         ns = self.fs.ns
+        if not start_id:
+            self.fs.accessed(ns.get(parent))  # (the kernel answers a cached listing itself)
         last = 0  # the offset handed out with the last entry given
         for i in range(start, len(entries)):
             name, ino = entries[i]
@@ -288,7 +290,8 @@ class Operations(pyfuse3.Operations):
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         if self.staging and self.staging.open_for_passthrough(inode):
             return await self._share(inode, flags, ctx)
-        fh = self.fs.open(inode, truncate=bool(flags & os.O_TRUNC), privileged=ctx.uid == 0)
+        fh = self.fs.open(inode, truncate=bool(flags & os.O_TRUNC), privileged=ctx.uid == 0,
+                          noatime=bool(flags & os.O_NOATIME))
         direct = self._direct(flags) and (flags & os.O_ACCMODE) == os.O_WRONLY
         return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=direct)
 
@@ -307,7 +310,7 @@ class Operations(pyfuse3.Operations):
         creator's (staging.py), so that open fails as the kernel would fail it, EIO."""
         if flags & os.O_ACCMODE != os.O_RDONLY:
             raise pyfuse3.FUSEError(errno.EIO)
-        fh = self.fs.open(inode, privileged=ctx.uid == 0)
+        fh = self.fs.open(inode, privileged=ctx.uid == 0, noatime=bool(flags & os.O_NOATIME))
         if not self.staging.share(inode, fh):  # type: ignore[union-attr]
             await self.fs.release(fh)
             raise pyfuse3.FUSEError(errno.EIO)

@@ -24,3 +24,17 @@ def test_volume_size_is_at_most_4g():
     assert Options.parse("volume_size=4G").volume_size == 4 << 30
     with pytest.raises(OptionError, match="volume_size must be at most 4G"):
         Options.parse("volume_size=5G")
+
+
+def test_atime_modes():
+    """relatime by default, as the kernel's; mount(8)'s `atime` only undoes `noatime`."""
+    assert Options.parse(None).atime == "relatime"
+    assert Options.parse("noatime").atime == "noatime"
+    assert Options.parse("strictatime").atime == "strictatime"
+    assert Options.parse("noatime,relatime").atime == "relatime"
+    assert Options.parse("noatime,atime").atime == "relatime"
+    assert Options.parse("strictatime,atime").atime == "strictatime"
+    with pytest.raises(OptionError, match="noatime takes no value"):
+        Options.parse("noatime=1")
+    with pytest.raises(OptionError, match="unknown mount option 'nostrictatime'"):
+        Options.parse("nostrictatime")
