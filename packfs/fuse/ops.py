@@ -31,6 +31,7 @@ import functools
 import logging
 import os
 import select
+import stat
 import struct
 import time
 from typing import Any, Callable, Sequence
@@ -157,7 +158,9 @@ class Operations(pyfuse3.Operations):
          a.st_atime_ns, a.st_mtime_ns, a.st_ctime_ns) = node.t.stat(node.ino)
         a.st_size = size
         a.st_blksize = 65536
-        a.st_blocks = (size + 511) // 512
+        # A file's blocks are the data it holds, not its size: du and cp --sparse see holes.
+        held = self.fs.wb.data_bytes(node) if stat.S_ISREG(a.st_mode) else size
+        a.st_blocks = (held + 511) // 512
         return a
 
     # -- namespace ------------------------------------------------------------------
