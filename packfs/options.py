@@ -57,6 +57,9 @@ class Options:
     # than mtime or ctime or a day old, under `strictatime` always, under `noatime` never
     # (recommended for Swift devices, as for XFS: each update is an inode change to commit).
     atime: str = "relatime"            # one of ATIME_MODES; given as the option `noatime` etc.
+    dev: bool = False                  # device nodes may be opened (the kernel's nodev otherwise)
+    suid: bool = False                 # set-user-ID and set-group-ID bits take effect on exec
+    exec: bool = True                  # programs may be run from the mount (the kernel's noexec otherwise)
     debug: bool = False                # log every request
 
     _SIZES = ("disk_chunk_size", "max_dirty", "volume_size", "checkpoint_bytes", "cache_size")
@@ -69,9 +72,8 @@ class Options:
         for item in filter(None, (text or "").split(",")):
             name, _, value = item.partition("=")
             name = name.strip()
-            if name in ("rw", "defaults", "auto", "noauto", "user", "nouser", "_netdev", "nofail", "dev",
-                        "suid", "exec"):
-                continue  # fstab and mount(8) options that mean nothing here, or packfs's default (exec)
+            if name in ("rw", "defaults", "auto", "noauto", "user", "nouser", "_netdev", "nofail"):
+                continue  # fstab and mount(8) options that mean nothing here
             if name in cls.ATIME_MODES or name == "atime":
                 if value:
                     raise OptionError(f"{name} takes no value")

@@ -32,6 +32,9 @@ def fuse_options(packdir: str, opts: Options) -> set[str]:
     which libfuse 3.14 cannot do for strictatime (the kernel's default, relatime, shows)."""
     out = {"fsname=" + packdir, "subtype=packfs", "default_permissions"}
     out |= {"noatime"} if opts.atime == "noatime" else set()
+    out |= {"dev"} if opts.dev else set()  # libfuse mounts nodev and nosuid unless told
+    out |= {"suid"} if opts.suid else set()
+    out |= set() if opts.exec else {"noexec"}
     if opts.allow_other:
         out.add("allow_other")
     if opts.debug:

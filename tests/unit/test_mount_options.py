@@ -38,3 +38,13 @@ def test_atime_modes():
         Options.parse("noatime=1")
     with pytest.raises(OptionError, match="unknown mount option 'nostrictatime'"):
         Options.parse("nostrictatime")
+
+
+def test_dev_suid_exec_reach_the_kernel():
+    """nodev and nosuid by default, as libfuse mounts; each asked for is passed on."""
+    from packfs.fuse.daemon import fuse_options
+    default = fuse_options("/p", Options.parse(None))
+    assert not default & {"dev", "suid", "noexec"}  # libfuse then mounts nodev,nosuid
+    assert {"dev", "suid", "noexec"} <= fuse_options("/p", Options.parse("dev,suid,noexec"))
+    assert not fuse_options("/p", Options.parse("dev,nodev,suid,nosuid,exec")) & {"dev", "suid", "noexec"}
+    assert "noatime" in fuse_options("/p", Options.parse("noatime"))
