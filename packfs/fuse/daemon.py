@@ -203,7 +203,11 @@ class Daemon:
                         "passthrough": self._passthrough_stats(ops),
                         "fuse_waits_skipped": self.drain.skipped if self.drain else 0,
                         "device": fs.volumes.timings.report()}
-            if command == "sync":
+            if command == "commit":  # packfs sync: the kernel sends a FUSE daemon no SYNCFS
+                await fs.fsync()
+                return {"ok": True}
+            if command == "sync":  # packfs umount: commit, then checkpoint so the next mount replays nothing
+                await fs.fsync()
                 await fs.journal.checkpoint()
                 return {"ok": True}
             return {"error": f"unknown command {command!r}"}
