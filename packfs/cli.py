@@ -1,4 +1,4 @@
-"""The packfs command: mount, umount, stats, fsck."""
+"""The packfs command: mount, umount, sync, stats, fsck."""
 from __future__ import annotations
 
 import argparse
@@ -159,6 +159,24 @@ def _pack_of(mountpoint: str) -> str:
     return entry[0]
 
 
+def _ask(packdir: str, command: str) -> dict:
+    """The daemon's reply to a control command, or {"error": why there is none}."""
+    try:
+        return control.request(pack.read_marker(packdir)["pack_id"], command)
+    except (OSError, pack.PackError, ValueError) as e:
+        return {"error": str(e)}
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    """What sync(1) and syncfs(2) cannot do for a FUSE filesystem: the kernel sends no
+    SYNCFS to a /dev/fuse daemon, so a file written without an fsync waits for the
+    daemon's next commit (commit_interval) however often the machine syncs."""
+    reply = _ask(_pack_of(args.mountpoint), "commit")
+    if "error" in reply:
+        die(f"sync of {args.mountpoint}: {reply['error']}")
+    return 0
+
+
 def cmd_umount(args: argparse.Namespace) -> int:
     packdir = _pack_of(args.mountpoint)
     pid_file = os.path.join(packdir, "daemon.pid")
@@ -166,10 +184,11 @@ def cmd_umount(args: argparse.Namespace) -> int:
         pid = int(open(pid_file).read().split()[0])
     except (OSError, ValueError, IndexError):
         pid = 0
-    try:
-        reply = control.request(pack.read_marker(packdir)["pack_id"], "sync")
-    except OSError as e:
-        reply = {"error": str(e)}
+    # Durable first: if the checkpoint then fails, or the unmount, the changes are committed.
+    reply = _ask(packdir, "commit")
+    if "error" in reply:
+        print(f"packfs: warning: could not commit before unmounting: {reply['error']}", file=sys.stderr)
+    reply = _ask(packdir, "sync")
     if "error" in reply:
         print(f"packfs: warning: could not checkpoint before unmounting: {reply['error']}", file=sys.stderr)
     r = subprocess.run(["fusermount3", "-u", os.path.abspath(args.mountpoint)], capture_output=True, text=True)
@@ -333,6 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     u = sub.add_parser("umount", help="flush, checkpoint and unmount")
     u.add_argument("mountpoint")
     u.set_defaults(func=cmd_umount)
+    y = sub.add_parser("sync", help="commit everything written to a mount and wait until it is durable "
+                       "(sync(1) does not reach a FUSE daemon)")
+    y.add_argument("mountpoint")
+    y.set_defaults(func=cmd_sync)
     s = sub.add_parser("stats", help="files, bytes, space, RSS and per-operation latency of a mount")
     s.add_argument("mountpoint")
     form = s.add_mutually_exclusive_group()

@@ -58,9 +58,18 @@ class Options:
     tmpfile: bool = _knob(True, "open(O_TMPFILE) makes a file with no name (fuse shim)")
     fallocate: bool = _knob(True, "fallocate(2): punch holes, check space (fuse shim)")
     passthrough: bool = _knob(False, "the kernel writes O_TMPFILE files to staging files (staging.py)")
+    # Access times, set by packfs (the kernel leaves a FUSE file's atime to it): a read, a
+    # listing from its start or a readlink sets atime to now under `relatime` if it is older
+    # than mtime or ctime or a day old, under `strictatime` always, under `noatime` never
+    # (recommended for Swift devices, as for XFS: each update is an inode change to commit).
+    atime: str = _knob("relatime", "relatime, strictatime or noatime (given as that option); noatime for Swift")
+    dev: bool = _knob(False, "device nodes may be opened (the kernel's nodev otherwise)")
+    suid: bool = _knob(False, "set-user-ID and set-group-ID bits take effect on exec")
+    exec: bool = _knob(True, "programs may be run from the mount (the kernel's noexec otherwise)")
     debug: bool = _knob(False, "log every request")
 
     _SIZES = ("disk_chunk_size", "max_dirty", "volume_size", "checkpoint_bytes", "cache_size")
+    ATIME_MODES = ("relatime", "strictatime", "noatime")
 
     @classmethod
     def parse(cls, text: str | None) -> "Options":
@@ -69,9 +78,14 @@ class Options:
         for item in filter(None, (text or "").split(",")):
             name, _, value = item.partition("=")
             name = name.strip()
-            if name in ("rw", "defaults", "auto", "noauto", "user", "nouser", "_netdev", "nofail", "dev",
-                        "suid", "exec", "atime", "relatime"):
+            if name in ("rw", "defaults", "auto", "noauto", "user", "nouser", "_netdev", "nofail"):
                 continue  # fstab and mount(8) options that mean nothing here
+            if name in cls.ATIME_MODES or name == "atime":
+                if value:
+                    raise OptionError(f"{name} takes no value")
+                # mount(8)'s `atime` only undoes `noatime`: the kernel's default, relatime, applies.
+                opts.atime = name if name != "atime" else "relatime" if opts.atime == "noatime" else opts.atime
+                continue
             if name.startswith("no") and name[2:] in known and known[name[2:]].type in ("bool", bool) and not value:
                 setattr(opts, name[2:], False)
                 continue
@@ -129,8 +143,8 @@ def _shown(name: str, value: object) -> str:
 def describe() -> str:
     """Every mount option, its default and its documentation, a line each: `packfs mount --help`
     prints this, so the list cannot drift from the options themselves."""
-    rows = [(f.name if f.type in ("bool", bool) else f"{f.name}=N", _shown(f.name, f.default), f.metadata["doc"])
-            for f in fields(Options)]
+    rows = [(f.name if f.type in ("bool", bool) else f"{f.name}={'MODE' if f.type in ('str', str) else 'N'}",
+             _shown(f.name, f.default), f.metadata["doc"]) for f in fields(Options)]
     width, dwidth = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
     lines = [f"  {opt:<{width}}  {default:<{dwidth}}  {doc}" for opt, default, doc in rows]
     return ("mount options (-o a,b=N,...; sizes take K, M, G; a switch is turned off as noNAME),\n"

@@ -38,6 +38,11 @@ ROOT_WRITER = 1 << 62
 # until the mount ends, and an unlinked file's records with it. What is written through
 # it is buffered as through a counted handle: whole chunks go at once, the rest at a commit.
 CREATED = 1 << 61
+# With INODE_HANDLE: a read through a file opened O_NOATIME (the fuse shim sets it from
+# the READ's flags); a counted handle opened so is in Filesystem.noatime instead.
+NOATIME_READER = 1 << 60
+_INODE_HANDLE_BITS = INODE_HANDLE | ROOT_WRITER | CREATED | NOATIME_READER
+RELATIME_NS = 24 * 3600 * 10**9  # relatime updates an atime this old even if nothing changed since
 _WARMED_MAX = 64  # files whose records were prefetched lately, not asked for again
 CATALOG_READERS = 4  # xattr reads from the catalog at once (noxattrs_in_memory), each in a thread
 STATS_PART = 32_768  # inode slots `stats` counts per turn of the event loop
@@ -76,6 +81,7 @@ class Filesystem:
                                pack.recovery.metas)
         self.handles: dict[int, Inode] = {}
         self.privileged: set[int] = set()  # handles root opened: their writes keep set-ID bits
+        self.noatime: set[int] = set()  # handles opened O_NOATIME: their reads leave atime alone
         self._next_fh = 1
         self._warmed: dict[int, None] = {}  # the last files prefetched, oldest first
         self._catalog_reads = trio.CapacityLimiter(CATALOG_READERS)
@@ -148,6 +154,7 @@ class Filesystem:
         node = self.ns.get(ino)
         if node.target is None:
             raise FsError(errno.EINVAL)
+        self.accessed(node)
         return node.target
 
     def forget(self, pairs: Sequence[tuple[int, int]]) -> None:
@@ -311,9 +318,10 @@ class Filesystem:
 
     # -- contents -------------------------------------------------------------------
 
-    def open(self, ino: int, truncate: bool = False, privileged: bool = True) -> int:
+    def open(self, ino: int, truncate: bool = False, privileged: bool = True, noatime: bool = False) -> int:
         """A handle for a file; privileged: the opener may keep set-ID bits when it writes
-        or truncates (CAP_FSETID)."""
+        or truncates (CAP_FSETID); noatime: opened O_NOATIME (the kernel checked the right
+        to), its reads leave atime alone."""
         node = self.ns.get(ino)
         if node.is_dir:
             raise FsError(errno.EISDIR)
@@ -329,6 +337,8 @@ class Filesystem:
         self.handles[fh] = node
         if privileged:
             self.privileged.add(fh)
+        if noatime:
+            self.noatime.add(fh)
         return fh
 
     def created_handle(self, ino: int, privileged: bool) -> int:
@@ -349,11 +359,30 @@ class Filesystem:
     def _handled(self, fh: int) -> Inode | None:
         """The file of a handle, or None: the kernel sends 0 for a file it opened with no
         OPEN (the `filecache` option's zero-message open)."""
-        return self.ns.find(fh & ~(INODE_HANDLE | ROOT_WRITER | CREATED)) if fh & INODE_HANDLE \
+        return self.ns.find(fh & ~_INODE_HANDLE_BITS) if fh & INODE_HANDLE \
             else self.handles.get(fh)
 
     async def read(self, fh: int, offset: int, size: int) -> bytes:
-        return await self.wb.read(self._handle(fh), offset, size)
+        node = self._handle(fh)
+        if not (fh & NOATIME_READER if fh & INODE_HANDLE else fh in self.noatime):
+            self.accessed(node)
+        return await self.wb.read(node, offset, size)
+
+    def accessed(self, node: Inode) -> None:
+        """A read of a file, a listing of a directory or a readlink: set atime as the
+        `atime` option says (Options). The kernel leaves it to packfs: it marks a FUSE
+        inode S_NOATIME, and asks for the attributes again after a read that reached
+        packfs. The change goes with the next commit, as any inode's: no read waits
+        for the device."""
+        mode = self.options.atime
+        if mode == "noatime" or self.volumes.broken:
+            return
+        atime, mtime, ctime = node.times()
+        now = time.time_ns()
+        if mode == "relatime" and atime > mtime and atime > ctime and now - atime < RELATIME_NS:
+            return
+        node.set_times(now, mtime, ctime)
+        self.ns.touch(node)
 
     async def write(self, fh: int, offset: int, data: bytes) -> int:
         node = self._handle(fh)
@@ -368,6 +397,7 @@ class Filesystem:
     async def release(self, fh: int) -> None:
         node = self.handles.pop(fh, None)
         self.privileged.discard(fh)
+        self.noatime.discard(fh)
         if node is None:
             return
         node.opens -= 1

@@ -232,6 +232,16 @@ class WriteBehind:
             self.ns.truncate_extents(node, size)
         node.size = size
 
+    def data_bytes(self, node: Inode) -> int:
+        """The bytes of a file's data that records or its unflushed run hold: holes hold
+        none (st_blocks, so that du and cp --sparse see them)."""
+        mapped = node.t.mapped_bytes(node.ino)
+        run = node.wbuf
+        if run is None or not run.size:
+            return mapped
+        under = sum(n for _, n, e in ext.pieces(node.extent_list(), run.start, run.end) if e is not None)
+        return mapped + run.size - under
+
     async def read(self, node: Inode, offset: int, size: int) -> bytes:
         """File contents: records, holes as zeros, and the unflushed run on top."""
         while True:

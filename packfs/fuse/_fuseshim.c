@@ -31,7 +31,8 @@
  *                passthrough, whose OPEN and RELEASE go to packfs.
  *   read, write, write_buf  (filecache) get INODE_HANDLE | the inode as the file handle
  *                when the kernel sends 0 (a file opened without a request), and
- *                ROOT_WRITER too in a write root sent.
+ *                ROOT_WRITER too in a write root sent, NOATIME_READER in a read through
+ *                a file opened O_NOATIME.
  *   getxattr     (xattrcache) answers from the xattrs packfs last handed over for the
  *                inode (packfs_shim_cache_xattrs), in C, if it has them; else pyfuse3's
  *                getxattr runs. A Swift GET or HEAD asks five times (its metadata key,
@@ -101,6 +102,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -136,6 +138,7 @@ static void (*next_setxattr)(fuse_req_t, fuse_ino_t, const char *, const char *,
 
 #define INODE_HANDLE (1ULL << 63) /* a handle that names an inode, not an open (filesystem.py) */
 #define ROOT_WRITER (1ULL << 62)  /* ... in a write root sent: it keeps set-ID bits */
+#define NOATIME_READER (1ULL << 60) /* ... in a read through a file opened O_NOATIME */
 
 static int init_seen;      /* the kernel's INIT request was read: init_unique is its id */
 static uint64_t init_unique;
@@ -221,12 +224,15 @@ static void release_in_c(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
     }
 }
 
-/* A file opened without a request has handle 0: name its inode instead, and for a write
- * whether root sent it (pyfuse3 gives write handlers no request context). */
+/* A file opened without a request has handle 0: name its inode instead, for a write
+ * whether root sent it (pyfuse3 gives write handlers no request context), and for a read
+ * whether the file was opened O_NOATIME (a READ carries the open's flags; pyfuse3 drops
+ * them): packfs leaves its atime alone then. */
 static void by_inode(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int writing)
 {
     if (fi->fh == 0)
-        fi->fh = INODE_HANDLE | (writing && fuse_req_ctx(req)->uid == 0 ? ROOT_WRITER : 0) | ino;
+        fi->fh = INODE_HANDLE | (writing && fuse_req_ctx(req)->uid == 0 ? ROOT_WRITER : 0) |
+                 (!writing && (fi->flags & O_NOATIME) ? NOATIME_READER : 0) | ino;
 }
 
 static void read_by_inode(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)

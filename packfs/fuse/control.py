@@ -1,10 +1,14 @@
-"""The daemon's control socket: `packfs stats` and `packfs umount` talk to it.
+"""The daemon's control socket: `packfs stats`, `packfs sync` and `packfs umount` talk to it.
+
+Commands: "stats"; "commit" (`packfs sync`: every change so far committed, the reply
+once the device has flushed it); "sync" (`packfs umount`, before it unmounts: a commit,
+then a checkpoint of the catalog, so the next mount replays nothing).
 
 An abstract Unix socket named after the pack id, so no path length limit applies and
 nothing is left on disk. One JSON request per connection, one JSON reply.
 
 Any local user can connect to an abstract socket (/proc/net/unix lists their names),
-and both commands hold the event loop (a checkpoint; a count over every inode). So the
+and the commands hold the event loop (a commit or a checkpoint; a count over every inode). So the
 daemon answers only root and its own user (the peer's credentials, SO_PEERCRED), and a
 connection that sends no request within REQUEST_SECONDS is closed.
 """

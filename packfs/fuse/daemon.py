@@ -28,7 +28,14 @@ Ready = Callable[[str], None]  # '' once mounted and serving, else the reason it
 
 
 def fuse_options(packdir: str, opts: Options) -> set[str]:
+    """The options libfuse mounts with. packfs keeps atime itself (the kernel leaves a FUSE
+    inode's atime to it); noatime goes to the kernel too, only for /proc/mounts to show,
+    which libfuse 3.14 cannot do for strictatime (the kernel's default, relatime, shows)."""
     out = {"fsname=" + packdir, "subtype=packfs", "default_permissions"}
+    out |= {"noatime"} if opts.atime == "noatime" else set()
+    out |= {"dev"} if opts.dev else set()  # libfuse mounts nodev and nosuid unless told
+    out |= {"suid"} if opts.suid else set()
+    out |= set() if opts.exec else {"noexec"}
     if opts.allow_other:
         out.add("allow_other")
     if opts.debug:
@@ -199,7 +206,11 @@ class Daemon:
                         "passthrough": self._passthrough_stats(ops),
                         "fuse_waits_skipped": self.drain.skipped if self.drain else 0,
                         "device": fs.volumes.timings.report()}
-            if command == "sync":
+            if command == "commit":  # packfs sync: the kernel sends a FUSE daemon no SYNCFS
+                await fs.fsync()
+                return {"ok": True}
+            if command == "sync":  # packfs umount: commit, then checkpoint so the next mount replays nothing
+                await fs.fsync()
                 await fs.journal.checkpoint()
                 return {"ok": True}
             return {"error": f"unknown command {command!r}"}

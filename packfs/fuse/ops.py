@@ -7,7 +7,9 @@ kernel stops sending it (release does the work).
 
 The handle create() returns, and handles that only write (O_WRONLY) where files are
 opened by a request (nofilecache), use direct I/O (option direct_writes): each write()
-is one request, and nothing is cached that a small Swift object would not read back.
+is one request, and nothing is cached that a small Swift object would not read back
+(not a handle opened O_SYNC or O_DSYNC: the kernel follows only a cached write with the
+FSYNC such a write needs).
 With filecache (fuseshim.py) an existing file opens without a request: its reads and
 writes come with the inode as the handle, and open and release are never called. The
 kernel then sends no RELEASE for files create() opened either, so create() gives them
@@ -29,6 +31,7 @@ import functools
 import logging
 import os
 import select
+import stat
 import struct
 import time
 from typing import Any, Callable, Sequence
@@ -157,7 +160,9 @@ class Operations(pyfuse3.Operations):
          a.st_atime_ns, a.st_mtime_ns, a.st_ctime_ns) = node.t.stat(node.ino)
         a.st_size = size
         a.st_blksize = 65536
-        a.st_blocks = (size + 511) // 512
+        # A file's blocks are the data it holds, not its size: du and cp --sparse see holes.
+        held = self.fs.wb.data_bytes(node) if stat.S_ISREG(a.st_mode) else size
+        a.st_blocks = (held + 511) // 512
         return a
 
     # -- namespace ------------------------------------------------------------------
@@ -254,6 +259,8 @@ class Operations(pyfuse3.Operations):
         parent = fh  # the directory's inode (see opendir)
         number, entries, start = self.listings.resume(parent, start_id)
         ns = self.fs.ns
+        if not start_id:
+            self.fs.accessed(ns.get(parent))  # (the kernel answers a cached listing itself)
         last = 0  # the offset handed out with the last entry given
         for i in range(start, len(entries)):
             name, ino = entries[i]
@@ -288,9 +295,17 @@ class Operations(pyfuse3.Operations):
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         if self.staging and self.staging.open_for_passthrough(inode):
             return await self._share(inode, flags, ctx)
-        fh = self.fs.open(inode, truncate=bool(flags & os.O_TRUNC), privileged=ctx.uid == 0)
-        direct = self._direct_writes and (flags & os.O_ACCMODE) == os.O_WRONLY
+        fh = self.fs.open(inode, truncate=bool(flags & os.O_TRUNC), privileged=ctx.uid == 0,
+                          noatime=bool(flags & os.O_NOATIME))
+        direct = self._direct(flags) and (flags & os.O_ACCMODE) == os.O_WRONLY
         return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=direct)
+
+    def _direct(self, flags: int) -> bool:
+        """Whether an open with these flags may get direct I/O (direct_writes). Not with
+        O_SYNC or O_DSYNC: the kernel follows a cached write of such a file with an FSYNC,
+        a direct one with nothing, and its write would be acknowledged before it is
+        durable."""
+        return self._direct_writes and not flags & os.O_DSYNC  # (O_SYNC includes O_DSYNC's bit)
 
     async def _share(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         """An open of a file open for passthrough, which the kernel allows only as another
@@ -300,7 +315,7 @@ class Operations(pyfuse3.Operations):
         creator's (staging.py), so that open fails as the kernel would fail it, EIO."""
         if flags & os.O_ACCMODE != os.O_RDONLY:
             raise pyfuse3.FUSEError(errno.EIO)
-        fh = self.fs.open(inode, privileged=ctx.uid == 0)
+        fh = self.fs.open(inode, privileged=ctx.uid == 0, noatime=bool(flags & os.O_NOATIME))
         if not self.staging.share(inode, fh):  # type: ignore[union-attr]
             await self.fs.release(fh)
             raise pyfuse3.FUSEError(errno.EIO)
@@ -322,7 +337,7 @@ class Operations(pyfuse3.Operations):
             fh = self.fs.open(node.ino, privileged=ctx.uid == 0)
         if self.staging is not None and name == TMPFILE_NAME:
             self.staging.begin(node.ino, fh, privileged=ctx.uid == 0)
-        return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=self._direct_writes), self.entry(node)
+        return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=self._direct(flags)), self.entry(node)
 
     @_op
     async def read(self, fh: int, off: int, size: int) -> bytes:

@@ -622,6 +622,20 @@ class InodeTable(XattrStore):
             return list(ext.PACKED.iter_unpack(e))
         return e or []
 
+    def mapped_bytes(self, ino: int) -> int:
+        """The bytes of a regular file its extents map (holes map none; 0 for anything
+        else): what its st_blocks counts, with its unflushed run (WriteBehind.data_bytes).
+        A map kept as a list (more than ext.PACKED_MAX extents) is summed each time: ~12 ns
+        an extent, 0.5 ms for a SQLite database rewritten into 41,000."""
+        if self.modes[self.kind[ino]] & _IFMT != _IFREG:
+            return 0
+        if self.kname[ino]:
+            return self.size[ino]  # one whole record, as long as the file
+        e = self.extents.get(ino)
+        if isinstance(e, bytes):
+            return sum(x[1] for x in ext.PACKED.iter_unpack(e))
+        return sum(map(operator.itemgetter(1), e or ()))
+
     def extent_count(self, ino: int) -> int:
         """How many extents a file's map holds (0 for anything else), without unpacking it."""
         if self.modes[self.kind[ino]] & _IFMT != _IFREG:

@@ -99,8 +99,9 @@ def read_file(path: Path | str, cached: bool = False) -> bytes:
 
 
 def sha256_file(path: Path | str, chunk: int = 1 << 20) -> str:
+    """The sha256 of a file read from packfs, opened O_NOATIME: reading it leaves its atime."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(os.open(path, os.O_RDONLY | os.O_NOATIME), "rb") as f:
         drop_cache(f.fileno())
         while block := f.read(chunk):
             h.update(block)
@@ -130,8 +131,10 @@ def fsync_dir(path: Path | str) -> None:
 def snapshot_tree(root: Path) -> dict:
     """Every name under root with its full metadata, xattrs and contents (as sha256).
 
-    Metadata is taken for the whole tree before any file is read, so that reading cannot
-    disturb what is compared. Hard links show as a shared link group.
+    Metadata is taken for the whole tree before any file is read, and files are read
+    O_NOATIME, so that reading cannot disturb what is compared. The walk's listings do set
+    directories' atimes (relatime): a test that compares two snapshots across a clean
+    remount, which commits those, mounts noatime. Hard links show as a shared link group.
     """
     meta: dict[str, dict] = {}
     inode_group: dict[int, str] = {}
@@ -225,6 +228,7 @@ def loop_ext4(tmp_path: Path, size: int, block_size: int | None = None) -> Itera
 
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
+RENAME_WHITEOUT = 4
 AT_FDCWD = -100
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)

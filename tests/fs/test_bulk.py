@@ -132,20 +132,20 @@ def _build_tree(root) -> None:
 
 def test_tree_persists_across_unmount_and_mount(tmp_path, packdir):
     mnt = tmp_path / "mnt"
-    with mounted(packdir, mnt):
+    with mounted(packdir, mnt, "noatime"):  # (snapshot_tree)
         _build_tree(mnt)
         before = snapshot_tree(mnt)
-    with mounted(packdir, mnt):
+    with mounted(packdir, mnt, "noatime"):
         after = snapshot_tree(mnt)
     assert after.keys() == before.keys()
     for name in before:
         assert after[name] == before[name], name
     # A second cycle, with a change in between, persists as well.
-    with mounted(packdir, mnt):
+    with mounted(packdir, mnt, "noatime"):
         os.unlink(mnt / "objects" / "f005.data")
         os.setxattr(mnt / "objects" / "f006.data", "user.swift.metadata", b"updated")
         before = snapshot_tree(mnt)
-    with mounted(packdir, mnt):
+    with mounted(packdir, mnt, "noatime"):
         assert snapshot_tree(mnt) == before
         assert os.getxattr(mnt / "objects" / "f006.data", "user.swift.metadata") == b"updated"
 

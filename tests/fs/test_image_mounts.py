@@ -25,13 +25,13 @@ def loaded_from(packdir: Path) -> str:
 def test_image_and_catalog_mounts_show_the_same_tree(tmp_path, packdir):
     mnt = tmp_path / "mnt"
     img = packdir / image.FILENAME
-    with mounted(packdir, mnt):
+    with mounted(packdir, mnt, "noatime"):  # (snapshot_tree)
         assert loaded_from(packdir) == "catalog"
         _build_tree(mnt)
         before = snapshot_tree(mnt)
     assert img.exists()
     assert "namespace image written" in (packdir / "packfs.log").read_text()
-    with mounted(packdir, mnt):
+    with mounted(packdir, mnt, "noatime"):
         assert loaded_from(packdir) == "image"
         assert img.exists()  # the catalog has not changed yet: the image still matches it
         shown = subprocess.run([*PACKFS, "stats", str(mnt)], check=True, capture_output=True, text=True).stdout
@@ -44,7 +44,7 @@ def test_image_and_catalog_mounts_show_the_same_tree(tmp_path, packdir):
         assert control.request(pack.read_marker(str(packdir))["pack_id"], "sync") == {"ok": True}
         assert not img.exists()  # a checkpoint changed the catalog: the image went with its token
     img.unlink()  # the catalog names an image that is gone: the mount loads the catalog
-    with mounted(packdir, mnt):
+    with mounted(packdir, mnt, "noatime"):
         assert loaded_from(packdir) == "catalog"
         assert snapshot_tree(mnt) == before
     assert "namespace image not used" in (packdir / "packfs.log").read_text()

@@ -356,6 +356,31 @@ def test_kill9_keeps_what_the_commit_interval_committed(tmp_path, packdir):
         assert f"{s['uncommitted_inodes']:>12,}   inodes changed since the last commit" in shown, shown
 
 
+@pytest.mark.parametrize("options", ["commit_interval=0", "commit_interval=0,nofilecache"])
+def test_kill9_keeps_o_sync_writes(tmp_path, packdir, options):
+    """A write(2) to a file opened O_SYNC or O_DSYNC is durable when it returns, with no
+    fsync: such a handle never gets direct I/O, whose writes the kernel follows with no
+    FSYNC (a new file's handle and, with nofilecache, a write-only one had it)."""
+    mnt = tmp_path / "mnt"
+    cases = {"new-sync": os.O_CREAT | os.O_WRONLY | os.O_SYNC, "new-dsync": os.O_CREAT | os.O_WRONLY | os.O_DSYNC,
+             "old-sync": os.O_WRONLY | os.O_SYNC, "old-rdwr-dsync": os.O_RDWR | os.O_DSYNC}
+    with mounted(packdir, mnt, options):
+        for name in cases:
+            if name.startswith("old"):
+                write_file(mnt / name, b"", fsync=True)
+        for name, flags in cases.items():  # each checked alone: any commit makes every change durable
+            fd = os.open(mnt / name, flags, 0o644)
+            try:
+                os.write(fd, content(name) or b"x")
+                assert stats(mnt)["uncommitted_inodes"] == 0, f"{name}: write returned uncommitted"
+            finally:
+                os.close(fd)
+        kill9(packdir, mnt)
+    with mounted(packdir, mnt, options):
+        for name in cases:
+            assert read_file(mnt / name) == (content(name) or b"x"), f"{name}: an O_SYNC write lost by kill -9"
+
+
 @pytest.mark.parametrize("options", ["", "writeback_cache,nodirect_writes"])
 def test_kill9_keeps_every_committed_sqlite_transaction(tmp_path, packdir, options):
     """A database written in place, as Swift's container servers write theirs (a rollback

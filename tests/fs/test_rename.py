@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from fsutil import RENAME_EXCHANGE, RENAME_NOREPLACE, raises_errno, read_file, renameat2, write_file
+from fsutil import RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT, raises_errno, read_file, renameat2, write_file
 
 
 def test_rename_file_atomic_replace(work):
@@ -204,6 +204,17 @@ def test_renameat2_noreplace(work):
     assert read_file(work / "b") == b"b"
     renameat2(work / "a", work / "c", RENAME_NOREPLACE)
     assert sorted(os.listdir(work)) == ["b", "c"]
+
+
+def test_renameat2_whiteout_is_refused(work):
+    """packfs makes no whiteouts: RENAME_WHITEOUT fails with EINVAL and moves nothing,
+    rather than moving the file and leaving no whiteout behind."""
+    write_file(work / "a", b"a")
+    with raises_errno(errno.EINVAL):
+        renameat2(work / "a", work / "b", RENAME_WHITEOUT)
+    with raises_errno(errno.EINVAL):
+        renameat2(work / "a", work / "b", RENAME_WHITEOUT | RENAME_NOREPLACE)
+    assert os.listdir(work) == ["a"] and read_file(work / "a") == b"a"
 
 
 def test_renameat2_exchange_files(work):

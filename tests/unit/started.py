@@ -14,16 +14,16 @@ from packfs.options import Options
 
 
 def with_filesystem(tmp_path: Path, body: Callable[[Filesystem, trio.Nursery], Awaitable[None]],
-                    xattrs_in_memory: bool = True, writeback_cache: bool = False) -> None:
+                    xattrs_in_memory: bool = True, writeback_cache: bool = False, atime: str = "relatime") -> None:
     """Run body on a started Filesystem of a fresh pack under tmp_path (no background
     commits); close it all after. writeback_cache: the core as that mount option sets it
-    up (the kernel keeps a written file's times)."""
+    up (the kernel keeps a written file's times); atime: the atime mode (Options)."""
     packmod.initialise(str(tmp_path / "pack"), Disk())
     p = packmod.open_pack(str(tmp_path / "pack"), Disk(), 1 << 30, 8 << 20, xattrs_in_memory=xattrs_in_memory)
 
     async def main() -> None:
         fs = Filesystem(p, Options(commit_interval=0, xattrs_in_memory=xattrs_in_memory,
-                                    writeback_cache=writeback_cache))
+                                    writeback_cache=writeback_cache, atime=atime))
         async with trio.open_nursery() as nursery:
             await fs.start(nursery)
             await body(fs, nursery)

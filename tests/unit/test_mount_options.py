@@ -34,10 +34,34 @@ def test_mount_help_lists_every_option_with_its_default_and_documentation(capsys
     with pytest.raises(SystemExit) as done:
         main(["mount", "--help"])
     assert done.value.code == 0
-    shown = {line.split()[0].removesuffix("=N"): line for line in capsys.readouterr().out.splitlines()
+    shown = {line.split()[0].split("=")[0]: line for line in capsys.readouterr().out.splitlines()
              if line.startswith("  ") and not line.lstrip().startswith("-")}
     for f in fields(Options):
         assert f.metadata.get("doc"), f"{f.name} has no documentation in options.py"
         assert f.name in shown, f"packfs mount --help does not list {f.name}"
         assert f.metadata["doc"] in shown[f.name]
     assert shown["disk_chunk_size"].split()[1] == "1M" and shown["writeback_cache"].split()[1] == "off"
+
+
+def test_atime_modes():
+    """relatime by default, as the kernel's; mount(8)'s `atime` only undoes `noatime`."""
+    assert Options.parse(None).atime == "relatime"
+    assert Options.parse("noatime").atime == "noatime"
+    assert Options.parse("strictatime").atime == "strictatime"
+    assert Options.parse("noatime,relatime").atime == "relatime"
+    assert Options.parse("noatime,atime").atime == "relatime"
+    assert Options.parse("strictatime,atime").atime == "strictatime"
+    with pytest.raises(OptionError, match="noatime takes no value"):
+        Options.parse("noatime=1")
+    with pytest.raises(OptionError, match="unknown mount option 'nostrictatime'"):
+        Options.parse("nostrictatime")
+
+
+def test_dev_suid_exec_reach_the_kernel():
+    """nodev and nosuid by default, as libfuse mounts; each asked for is passed on."""
+    from packfs.fuse.daemon import fuse_options
+    default = fuse_options("/p", Options.parse(None))
+    assert not default & {"dev", "suid", "noexec"}  # libfuse then mounts nodev,nosuid
+    assert {"dev", "suid", "noexec"} <= fuse_options("/p", Options.parse("dev,suid,noexec"))
+    assert not fuse_options("/p", Options.parse("dev,nodev,suid,nosuid,exec")) & {"dev", "suid", "noexec"}
+    assert "noatime" in fuse_options("/p", Options.parse("noatime"))

@@ -9,7 +9,7 @@ import pytest
 from packfs.namespace.dirents import PACKED_MAX, PackedEntries
 from packfs.errors import FsError
 from packfs.namespace.inodes import SMALL
-from packfs.namespace.namespace import RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT, Namespace
+from packfs.namespace.namespace import RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT, ROOT, Namespace
 from packfs.namespace.xattrstore import XATTR_GRAIN
 
 REG = stat.S_IFREG | 0o644
@@ -158,6 +158,10 @@ def test_rename_errnos(ns):
     assert err(ns.rename, ROOT, b"f", f.ino, b"x") == errno.ENOTDIR
     assert err(ns.rename, ROOT, b"f", ROOT, b"full", RENAME_NOREPLACE) == errno.EEXIST
     assert err(ns.rename, ROOT, b"f", ROOT, b"nothing", RENAME_EXCHANGE) == errno.ENOENT
+    # Flags packfs does not serve are refused, never ignored.
+    assert err(ns.rename, ROOT, b"f", ROOT, b"nothing", RENAME_WHITEOUT) == errno.EINVAL
+    assert err(ns.rename, ROOT, b"f", ROOT, b"nothing", 8) == errno.EINVAL
+    assert err(ns.rename, ROOT, b"f", ROOT, b"full", RENAME_NOREPLACE | RENAME_EXCHANGE) == errno.EINVAL
     # Nothing moved.
     assert sorted(n for n, _ in ns.listdir(ROOT)) == [b"d", b"f", b"full"]
 
