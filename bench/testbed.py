@@ -187,7 +187,8 @@ class Testbed:
             run(["mount", "-o", "noatime", t.loop, t.backing_mnt])
             t.packdir = t.backing_mnt / "pack"
             t.packdir.mkdir()
-            t.packfs_opts = self.packfs_opts
+            # noatime, as XFS and ext4 are mounted here and as Swift devices should be
+            t.packfs_opts = ",".join(filter(None, ("noatime", self.packfs_opts)))
         else:
             t.img = self.work / "img" / f"{name}.img"
             t.loop = self._loop_fs(name, t.img)

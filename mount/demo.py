@@ -245,7 +245,8 @@ def main() -> int:
     ap.add_argument("--run-dir", default=str(REPO / "run" / "demo"))
     ap.add_argument("--node-root", default=None, help="mount the devices here (e.g. /srv/node)")
     ap.add_argument("--backend", default=None, choices=["packfs", "dir"])
-    ap.add_argument("--mount-options", default=os.environ.get("PACKFS_OPTIONS", ""))
+    ap.add_argument("--mount-options", default=os.environ.get("PACKFS_OPTIONS", "noatime"),
+                    help="-o options of every packfs device (default noatime, as Swift devices are mounted)")
     ap.add_argument("--keep", action="store_true", help="leave the cluster running")
     ap.add_argument("--stop", action="store_true", help="tear down a kept cluster")
     ap.add_argument("--small", type=int, default=300)
