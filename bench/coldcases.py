@@ -100,7 +100,7 @@ class ColdCases:
         """Seed table 5: a replicator-style walk (listdir of every partition, suffix and hash
         dir). On the hdd model it stops at a time limit: directories a second and disk reads
         a directory are then its figures, and its time is left out."""
-        limit = (120 if self.quick else 900) if self.model.throttled else 0
+        limit = (60 if self.quick else 900) if self.model.throttled else 0
         self.make_cold(t)
         w, io, seconds = self.measured(t, lambda: walk_json(t, cg, limit))
         key = f"scale.walk.cold{tag}"

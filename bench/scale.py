@@ -83,7 +83,7 @@ class ScaleBench(Part):
         # seed 004's objects were under 100 B; the fast tables have always used 4 KiB
         self.size = int(os.environ.get("BENCH_SCALE_SIZE", "64" if model.throttled else "4096"))
         self.gets = 800 if quick else 10000
-        self.gets_c1 = 200 if quick else 1000
+        self.gets_c1 = 100 if quick else 1000
         self.puts_c1 = 300 if quick else 2000
         self.puts_c16 = 400 if quick else 2000
         self.budgets = memory_budgets(n)
@@ -134,7 +134,7 @@ class ScaleBench(Part):
                               unit="B/file", better="lower", absolute=True)
                     self._add("scale.rss", t, rss / 2**20, label=f"packfs daemon RSS at {self.nk} files",
                               unit="MiB", better="lower", absolute=True)
-            for t in self._order(0):
+            for t in self._long_cases():
                 self._guard("PUT 20/s", t, lambda: self.paced(t))
             # recovery before the cgroup runs, so that an OOM kill there cannot spoil it
             for t in self.targets:
@@ -144,6 +144,19 @@ class ScaleBench(Part):
         finally:
             for srv in self.servers.values():
                 srv.stop()
+
+    def _long_cases(self, rep: int = 0) -> list:
+        """The filesystems of the paced PUTs and the memory budgets: all of them, but for a
+        QUICK run on the hdd model, where ext4 alone would take longer than the rest (its
+        cold walk of 100,000 objects runs at ~17 directories/s there, its PUTs at ~5/s)."""
+        order = self._order(rep)
+        if self.quick and self.model.throttled and len(order) > 1:
+            skipped = [t.name for t in order if t.name == "ext4"]
+            if skipped:
+                self.res.note("QUICK on the hdd model: ext4 runs the cold cases once, without the paced PUTs "
+                              "and the memory budgets (a full run has them)")
+            return [t for t in order if t.name != "ext4"]
+        return order
 
     def cold_pass(self, t, cg, tag: str, where: str) -> None:
         """Seed 004's cold cases 2, 4 and 5 on one filesystem, in one memory budget."""
@@ -172,7 +185,7 @@ class ScaleBench(Part):
                           "cgroup v1 memory controller (memory.limit_in_bytes)")
         for tag, what, limit in self.budgets:
             for rep in range(1 if self.quick else max(1, self.reps - 1)):
-                for t in self._order(rep):
+                for t in self._long_cases(rep):
                     log(f"scale {what} budget ({limit >> 20} MiB) rep {rep + 1} on {t.name}")
                     self._guard(f"{what} budget", t, lambda: self.in_budget(t, limit, tag, what))
 
