@@ -55,6 +55,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     parts = list(PARTS) if "all" in a.parts else a.parts
+    model = diskmodel.from_env()
+    if model.throttled:
+        a.out = a.out / "hdd"
     if parts == ["report"]:
         found = [load(p) for p in (a.out / f"{x}.json" for x in PARTS) if p.exists()]
         print(rep.report(a.out, found))
@@ -66,10 +69,7 @@ def main(argv=None) -> int:
         print("bench: must run as root (loop devices, mounts, drop_caches, cgroups)", file=sys.stderr)
         return 2
 
-    model = diskmodel.from_env()
     diskmodel.check_available(model)
-    if model.throttled:
-        a.out = a.out / "hdd"
     reps = a.reps or (2 if a.quick else 3)
     fs_names = [f.strip() for f in a.fs.split(",") if f.strip()]
     notes = []
