@@ -3,7 +3,7 @@
 A guest's vCPU that is ready to run waits while the host runs something else, and the
 guest counts that wait as steal (/proc/stat). packfs feels it more than XFS: each FUSE
 round trip wakes two threads, and a wake-up that finds its vCPU descheduled waits for
-the host. On the machine of session 49 steal took 0% to 35% of the CPU time within
+the host. On this project's VM on 2026-11-28 (at ddb4705) steal took 0% to 35% of the CPU time within
 minutes, and four cold walks of the same tree on one mount took 280, 424, 611 and
 428 µs a directory with steal at 159, 443, 877 and 457 ticks. A ratio is only as good
 as the conditions of its two sides, so every case of every part is measured for it
@@ -11,9 +11,9 @@ as the conditions of its two sides, so every case of every part is measured for 
 
 Two shares: of all the CPU time, and of the busy time (not idle, not waiting for I/O).
 A vCPU that is idle is not waiting for the host, so a workload that keeps the CPUs
-busier is stolen from more (in session 49's first run with this, packfs's cases 19.6%
-of the CPU time against XFS's 12.1%). The share of busy time says whether the host
-treated the two alike for what each asked of it.
+busier is stolen from more (in the first `QUICK=1 make bench` with this, 2026-11-28 at
+39b2f64, packfs's cases 19.6% of the CPU time against XFS's 12.1%). The share of busy
+time says whether the host treated the two alike for what each asked of it.
 """
 from __future__ import annotations
 
