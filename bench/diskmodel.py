@@ -136,9 +136,6 @@ class IoCount:
     def __sub__(self, other: "IoCount") -> "IoCount":
         return IoCount(*(a - b for a, b in zip(self.astuple(), other.astuple())))
 
-    def __add__(self, other: "IoCount") -> "IoCount":
-        return IoCount(*(a + b for a, b in zip(self.astuple(), other.astuple())))
-
     def astuple(self) -> tuple[int, ...]:
         return (self.reads, self.writes, self.read_bytes, self.write_bytes, self.flushes)
 
