@@ -28,20 +28,16 @@ from .writeback import WriteBehind
 
 # A handle that names an inode, not an open: the FUSE adapter's for a file the kernel
 # opened without a request (zero-message open, option filecache), with ROOT_WRITER set in
-# a write root sent (it keeps set-ID bits). It has no release, so what is written through
-# it is flushed at once.
+# a write root sent (it keeps set-ID bits). It has no release; what is written through it
+# is buffered as through a counted handle, whole chunks at once and the rest with the
+# next commit (an fsync of any file, or commit_interval), so a few bytes Swift appends to
+# hashes.invalid in each PUT share that PUT's write instead of costing one of their own.
 INODE_HANDLE = 1 << 63
 ROOT_WRITER = 1 << 62
-# With INODE_HANDLE: the handle create() gave while the kernel sends no release at all.
-# Once the kernel opens files without a request, it sends RELEASE for no file, those
-# create() opened included: a counted handle would hold its file (and its entry here)
-# until the mount ends, and an unlinked file's records with it. What is written through
-# it is buffered as through a counted handle: whole chunks go at once, the rest at a commit.
-CREATED = 1 << 61
 # With INODE_HANDLE: a read through a file opened O_NOATIME (the fuse shim sets it from
 # the READ's flags); a counted handle opened so is in Filesystem.noatime instead.
 NOATIME_READER = 1 << 60
-_INODE_HANDLE_BITS = INODE_HANDLE | ROOT_WRITER | CREATED | NOATIME_READER
+_INODE_HANDLE_BITS = INODE_HANDLE | ROOT_WRITER | NOATIME_READER
 RELATIME_NS = 24 * 3600 * 10**9  # relatime updates an atime this old even if nothing changed since
 _WARMED_MAX = 64  # files whose records were prefetched lately, not asked for again
 CATALOG_READERS = 4  # xattr reads from the catalog at once (noxattrs_in_memory), each in a thread
@@ -342,8 +338,12 @@ class Filesystem:
         return fh
 
     def created_handle(self, ino: int, privileged: bool) -> int:
-        """The handle of a file create() made while the kernel sends no release (see CREATED)."""
-        return INODE_HANDLE | CREATED | (ROOT_WRITER if privileged else 0) | ino
+        """The handle of a file create() made while the kernel sends no release at all: once
+        the kernel opens files without a request, it sends RELEASE for no file, those create()
+        opened included, and a counted handle would hold its file (and its entry here) until
+        the mount ends, and an unlinked file's records with it. So it names the inode, as a
+        zero-message open's does (INODE_HANDLE)."""
+        return INODE_HANDLE | (ROOT_WRITER if privileged else 0) | ino
 
     def handle_inode(self, fh: int) -> int | None:
         """The inode number a handle reads and writes, or None for no such handle."""
@@ -389,10 +389,7 @@ class Filesystem:
         by_inode = bool(fh & INODE_HANDLE)
         privileged = bool(fh & ROOT_WRITER) if by_inode else fh in self.privileged
         self.ns.remove_privileges(node, setid=not privileged)
-        written = await self.journal.reclaiming(self.wb.write, node, offset, data)
-        if by_inode and not fh & CREATED and node.opens == 0 and node.wbuf is not None:
-            self.wb.flush(node)  # no release will come for this handle
-        return written
+        return await self.journal.reclaiming(self.wb.write, node, offset, data)
 
     async def release(self, fh: int) -> None:
         node = self.handles.pop(fh, None)

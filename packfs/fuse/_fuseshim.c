@@ -24,7 +24,7 @@
  *                that (FUSE_CAP_NO_OPEN_SUPPORT): the kernel then opens every file
  *                without OPEN or RELEASE, with FOPEN_KEEP_CACHE. It sends no RELEASE
  *                for files create() opened either: packfs gives those a handle that
- *                names the inode too (filesystem.CREATED). With passthrough the kernel
+ *                names the inode too (Filesystem.created_handle). With passthrough the kernel
  *                must keep asking (a file open for passthrough can be opened again only
  *                through an OPEN's reply): open and release then answer in C as if the
  *                kernel had opened the file itself (open_in_c), but for a file open for
@@ -212,7 +212,7 @@ static void open_in_c(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 }
 
 /* ... and the RELEASE of such a file, or of one create() opened (a handle that names the
- * inode: filesystem.CREATED), which a kernel opening files without a request never sends.
+ * inode: Filesystem.created_handle), which a kernel opening files without a request never sends.
  * A staged create's RELEASE goes to packfs. */
 static void release_in_c(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {

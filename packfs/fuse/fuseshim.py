@@ -20,7 +20,7 @@ filesystem.INODE_HANDLE (and ROOT_WRITER in a write root sent: pyfuse3 gives `wr
 no request context). No OPEN carries O_TRUNC then, so the library takes
 ATOMIC_O_TRUNC out of libfuse's INIT answer and the kernel sends it as a SETATTR. Such
 a kernel sends no RELEASE for files create() opened either, so packfs gives those a
-handle that names the inode too (filesystem.CREATED; `zero_message_open` tells it).
+handle that names the inode too (Filesystem.created_handle; `zero_message_open` tells it).
 
 Listing ends (with dircache): the kernel learns that a listing has ended only from an
 empty readdir reply, so every directory listed costs a second READDIRPLUS, half the

@@ -13,7 +13,7 @@ FSYNC such a write needs).
 With filecache (fuseshim.py) an existing file opens without a request: its reads and
 writes come with the inode as the handle, and open and release are never called. The
 kernel then sends no RELEASE for files create() opened either, so create() gives them
-a handle that names the inode too (filesystem.CREATED). A
+a handle that names the inode too (Filesystem.created_handle). A
 direct write invalidates the kernel's cached pages of the range it writes, so other
 handles and mappings stay coherent; the one cost is that a direct handle cannot be
 mapped MAP_SHARED (ENODEV). With
