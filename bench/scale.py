@@ -148,7 +148,7 @@ class ScaleBench(Part):
     def _long_cases(self, rep: int = 0) -> list:
         """The filesystems of the paced PUTs and the memory budgets: all of them, but for a
         QUICK run on the hdd model, where ext4 alone would take longer than the rest (its
-        cold walk of 100,000 objects runs at ~17 directories/s there, its PUTs at ~5/s)."""
+        cold walk of 100,000 objects runs at 14.5-17 directories/s there, its PUTs at ~5/s)."""
         order = self._order(rep)
         if self.quick and self.model.throttled and len(order) > 1:
             skipped = [t.name for t in order if t.name == "ext4"]

@@ -4,7 +4,8 @@ Run as `python -m bench.walk DEVICE_ROOT [LIMIT_SECONDS]`; prints JSON {seconds,
 entries, files, complete}. It runs as a subprocess so that it can be placed in the
 benchmark's memory cgroup (the dentry and inode caches it fills are charged to it). With
 a limit it stops after the partition in which the limit passed (complete: false): on the
-modelled hard disk a cold walk of ext4 at 100,000 objects takes over 20 minutes."""
+modelled hard disk a cold walk of ext4 at 100,000 objects ran at 14.5-17 directories/s:
+its 201,046 directories would take about four hours."""
 from __future__ import annotations
 
 import json
