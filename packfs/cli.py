@@ -13,10 +13,10 @@ import time
 from typing import NoReturn
 
 from . import __version__, prometheus
-from .fuse import control
 from .core import pack
-from .store.disk import Disk
+from .fuse import control
 from .options import OptionError, Options, describe as describe_options
+from .store.disk import Disk
 
 
 def die(message: str) -> NoReturn:

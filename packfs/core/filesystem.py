@@ -16,13 +16,13 @@ from typing import Iterator, Sequence
 
 import trio
 
-from ..store import records
-from ..namespace import xattrblob
-from ..store.disk import Disk
 from ..errors import FsError
-from .journal import Journal
+from ..namespace import xattrblob
 from ..namespace.inodes import Inode
 from ..options import Options
+from ..store import records
+from ..store.disk import Disk
+from .journal import Journal
 from .pack import Pack
 from .writeback import WriteBehind
 

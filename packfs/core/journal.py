@@ -25,13 +25,13 @@ from typing import Any, Awaitable, Callable, Iterator, TypeVar
 
 import trio
 
-from ..store import extents as ext
-from ..store import records
-from .catalog import Catalog
 from ..errors import FsError
 from ..namespace.changes import Changes
 from ..namespace.namespace import Namespace
+from ..store import extents as ext
+from ..store import records
 from ..store.volumes import Volumes
+from .catalog import Catalog
 from .writeback import WriteBehind
 
 log = logging.getLogger(__name__)

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 from .. import FORMAT_VERSION, READABLE_FORMATS
 from ..namespace import image
-from .catalog import Catalog, CatalogError
-from ..store.disk import Disk
 from ..namespace.namespace import Namespace
-from .recovery import Recovery, load_namespace, replay
+from ..store.disk import Disk
 from ..store.volumes import Volumes
+from .catalog import Catalog, CatalogError
+from .recovery import Recovery, load_namespace, replay
 
 MARKER = "packfs.json"
 

@@ -15,13 +15,13 @@ import marshal
 import time
 from dataclasses import dataclass, field
 
-from . import journal
-from ..store import records
-from .catalog import Catalog
-from ..store.disk import Disk
 from ..namespace.inodes import InodeTable
 from ..namespace.namespace import Namespace
+from ..store import records
+from ..store.disk import Disk
 from ..store.volumes import Volumes
+from . import journal
+from .catalog import Catalog
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import time
 
-from ..store import extents as ext
-from ..store import records
 from ..namespace.inodes import Inode
 from ..namespace.namespace import Namespace
+from ..store import extents as ext
+from ..store import records
 from ..store.volumes import Volumes
 
 

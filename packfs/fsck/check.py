@@ -6,11 +6,11 @@ import os
 from dataclasses import dataclass
 
 from ..core import pack as packmod
-from ..store import records
 from ..core.catalog import CatalogError
-from ..store.disk import Disk
-from ..namespace.namespace import Namespace
 from ..core.recovery import PackDamaged, load_namespace, replay
+from ..namespace.namespace import Namespace
+from ..store import records
+from ..store.disk import Disk
 from ..store.volumes import Volumes, volume_name
 from .crosscheck import cross_check
 from .replay import ReadOnlyDisk, commits_after, dead_listed, open_catalog, release_orphans, replay_tolerant

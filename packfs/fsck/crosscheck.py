@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..store import extents as ext
-from ..store import records
 from ..errors import FsError
 from ..namespace.inodes import ROOT, Inode
 from ..namespace.namespace import Namespace
+from ..store import extents as ext
+from ..store import records
 from ..store.volumes import volume_name
 from .report import Finding
 from .scan import BLOCK, Scan, Scanned

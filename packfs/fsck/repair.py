@@ -8,13 +8,13 @@ import stat
 from collections import defaultdict
 from typing import Callable
 
-from ..store import extents as ext
 from ..core import journal
-from ..store import records
-from ..store.disk import Disk
+from ..core.recovery import load_namespace, replay
 from ..namespace.inodes import ROOT, Inode
 from ..namespace.namespace import Namespace
-from ..core.recovery import load_namespace, replay
+from ..store import extents as ext
+from ..store import records
+from ..store.disk import Disk
 from ..store.volumes import Volumes, volume_name
 from .check import State
 from .crosscheck import cross_check, describe, extent_problem, paths_of

@@ -8,11 +8,11 @@ import os
 import apsw
 
 from ..core import journal
-from ..store import records
 from ..core.catalog import Catalog, CatalogError
-from ..store.disk import Disk
-from ..namespace.namespace import Namespace
 from ..core.recovery import _batch_intact, read_record
+from ..namespace.namespace import Namespace
+from ..store import records
+from ..store.disk import Disk
 from ..store.volumes import Volumes
 from .scan import Scan
 

@@ -13,13 +13,13 @@ from . import fuseshim  # noqa: I001 -- first: its library must be loaded before
 import pyfuse3
 import trio
 
-from . import control, fuseloop
 from .. import __version__
 from ..core import pack
-from ..store.disk import Disk
 from ..core.filesystem import Filesystem
-from .ops import Operations
 from ..options import Options
+from ..store.disk import Disk
+from . import control, fuseloop
+from .ops import Operations
 from .staging import Staging
 
 log = logging.getLogger("packfs")

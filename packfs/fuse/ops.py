@@ -38,13 +38,13 @@ from typing import Any, Callable, Sequence
 
 import pyfuse3
 
-from .busypoll import BusyPoll
-from ..errors import FsError
 from ..core.filesystem import Filesystem, Setattr
+from ..errors import FsError
 from ..namespace.inodes import Inode
+from ..stats import REFUSALS, OpStats
+from .busypoll import BusyPoll
 from .listings import Listings
 from .staging import Staging
-from ..stats import REFUSALS, OpStats
 
 log = logging.getLogger(__name__)
 

@@ -57,8 +57,8 @@ from typing import AsyncIterator, Awaitable, Callable, Protocol
 import trio
 from zlib_ng.zlib_ng import adler32, crc32
 
-from ..store.disk import Disk
 from ..core.filesystem import FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE
+from ..store.disk import Disk
 from .inotify import IN_CLOSE_WRITE, IN_MODIFY, IN_Q_OVERFLOW, Inotify
 
 log = logging.getLogger(__name__)

@@ -14,9 +14,9 @@ import stat
 import time
 from typing import Callable, Iterable, Iterator
 
+from ..errors import FsError, enoent
 from ..store import extents as ext
 from .changes import Changes, PendingChanges
-from ..errors import FsError, enoent
 from .inoderow import InodeRow
 from .inodes import INO_MAX, ROOT, Inode, InodeTable
 from .xattrblob import XATTRS_MAX, packed_size

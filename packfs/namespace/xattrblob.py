@@ -33,10 +33,10 @@ import struct
 import zlib
 from typing import Iterator
 
-from . import varint
-from .arena import COUNTED_MAX_LEN
 from ..errors import FsError
 from ..swiftmeta.swiftpickle import load_metadata
+from . import varint
+from .arena import COUNTED_MAX_LEN
 
 try:  # the Swift form in C: a decode in the daemon 2.5-4x faster than the Python below
     from ..swiftmeta import _swiftform

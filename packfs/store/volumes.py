@@ -25,12 +25,12 @@ from typing import Iterator
 
 import trio
 
+from ..errors import FsError
+from ..stats import OpStats
 from . import extents as ext
 from . import records
 from .disk import Disk
-from ..errors import FsError
 from .logwriter import LogWriter, Op, writer_for
-from ..stats import OpStats
 
 log = logging.getLogger(__name__)
 
