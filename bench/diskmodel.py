@@ -13,6 +13,16 @@ escape it), so every case also counts the requests the device completed
 each request one random access of BENCH_HDD_SEEK_MS, plus its bytes at BENCH_HDD_MBPS.
 Counts do not depend on a noisy CPU: compare them first.
 
+The modelled drive writes through (BENCH_HDD_WRITE_CACHE=off, the default): while a case
+is measured the loop devices say they have no volatile write cache, so the kernel sends
+them no cache flushes, and every request that carries data is one access. A drive with a
+write-back cache spends its seek when a flush makes it write what it absorbed, not on the
+write itself; the kernel's loop device (no FUA) turns each fdatasync into its data write
+plus an empty flush request, and the throttle and the counts would charge both as
+accesses (measured: a packfs commit 1 data write + 1 empty flush, an XFS log force 1
+request carrying its own flushes), so `on` counts one fsync'd append twice. `on` keeps
+the kernel's flushes, as runs before this knob measured.
+
 The throttle is cgroup v1's root `blkio.throttle.*_device` (it holds every process's IO to
 the device, writeback included). cgroup v2's `io.max` cannot be set on the root group, so
 on a host with only cgroup v2 the hdd model refuses to run rather than measure an
@@ -39,6 +49,7 @@ class DiskModel:
     iops: int          # per direction
     mbps: float        # MB/s per direction (10^6 bytes)
     seek_ms: float     # one random access
+    write_cache: bool = False  # the loop devices keep their volatile write cache (flushes counted)
 
     @property
     def throttled(self) -> bool:
@@ -48,26 +59,31 @@ class DiskModel:
         if not self.throttled:
             return "fast: this machine's virtual disk, unthrottled"
         return (f"hdd: one 7200 rpm drive modelled by the block IO throttle, {self.iops} read and {self.iops} "
-                f"write IOPS, {self.mbps:g} MB/s each way; modelled time {self.seek_ms:g} ms a request "
-                f"plus its bytes at {self.mbps:g} MB/s")
+                f"write IOPS, {self.mbps:g} MB/s each way, write cache {'on' if self.write_cache else 'off'}; "
+                f"modelled time {self.seek_ms:g} ms a request plus its bytes at {self.mbps:g} MB/s")
 
     def modelled_seconds(self, io: "IoCount") -> float:
         """What the counted requests would take one after another on the modelled drive."""
         return (io.reads + io.writes) * self.seek_ms / 1e3 + (io.read_bytes + io.write_bytes) / (self.mbps * 1e6)
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "iops": self.iops, "mbps": self.mbps, "seek_ms": self.seek_ms}
+        return {"kind": self.kind, "iops": self.iops, "mbps": self.mbps, "seek_ms": self.seek_ms,
+                "write_cache": self.write_cache}
 
 
 def from_env() -> DiskModel:
-    """BENCH_DISK (fast, hdd), BENCH_HDD_IOPS (150), BENCH_HDD_MBPS (160), BENCH_HDD_SEEK_MS (8.3)."""
+    """BENCH_DISK (fast, hdd), BENCH_HDD_IOPS (150), BENCH_HDD_MBPS (160), BENCH_HDD_SEEK_MS (8.3),
+    BENCH_HDD_WRITE_CACHE (off, on)."""
     kind = os.environ.get("BENCH_DISK", "fast").strip() or "fast"
     if kind not in ("fast", "hdd"):
         raise SystemExit(f"bench: BENCH_DISK={kind!r}: choose fast or hdd")
+    cache = os.environ.get("BENCH_HDD_WRITE_CACHE", "off").strip() or "off"
+    if cache not in ("off", "on"):
+        raise SystemExit(f"bench: BENCH_HDD_WRITE_CACHE={cache!r}: choose off or on")
     try:
         model = DiskModel(kind, int(os.environ.get("BENCH_HDD_IOPS", "150")),
                           float(os.environ.get("BENCH_HDD_MBPS", "160")),
-                          float(os.environ.get("BENCH_HDD_SEEK_MS", "8.3")))
+                          float(os.environ.get("BENCH_HDD_SEEK_MS", "8.3")), cache == "on")
     except ValueError as e:
         raise SystemExit(f"bench: a BENCH_HDD_* knob is not a number: {e}") from None
     if model.iops <= 0 or model.mbps <= 0 or model.seek_ms < 0:
@@ -94,26 +110,43 @@ def _set(devno: str, iops: int, bps: int) -> None:
         (BLKIO / f"blkio.throttle.{knob}").write_text(f"{devno} {value}\n")
 
 
+def _write_cache(dev: str) -> Path:
+    return Path(f"/sys/block/{os.path.basename(dev)}/queue/write_cache")
+
+
 @contextlib.contextmanager
 def throttled(model: DiskModel, devs: list[str]) -> Iterator[None]:
-    """The model's limits on these block devices for the length of the block; removed on
-    the way out whatever happens. A no-op for the fast model."""
+    """The model's limits (and, without its write cache, a write-through queue) on these
+    block devices for the length of the block; undone on the way out whatever happens.
+    A no-op for the fast model."""
     if not model.throttled:
         yield
         return
     devnos = [dev_numbers(d) for d in devs]
+    through = [] if model.write_cache else [d for d in devs if _write_cache(d).read_text().strip() == "write back"]
     try:
         for devno in devnos:
             _set(devno, model.iops, int(model.mbps * 1e6))
+        for dev in through:
+            _write_cache(dev).write_text("write through")
         yield
     finally:
         for devno in devnos:
             _set(devno, 0, 0)  # 0 removes a rule
+        for dev in through:
+            _write_cache(dev).write_text("write back")  # a loop device keeps it after it is detached
 
 
 def remove_stale_throttles() -> None:
-    """Remove every throttle rule on a loop device: what an interrupted run left behind
-    (the benchmark is the only user of loop-device throttles on a machine that runs it)."""
+    """Remove every throttle rule on a loop device, and give every loop device its write
+    cache back: what an interrupted run left behind (the benchmark is the only user of
+    loop-device throttles on a machine that runs it). A loop device left writing through
+    would not flush its backing file for whoever attaches it next."""
+    for loop in Path("/sys/block").glob("loop*"):
+        queue = loop / "queue" / "write_cache"  # a detached loop device always reads write through
+        if (loop / "loop" / "backing_file").exists() and queue.read_text().strip() == "write through":
+            log(f"cleanup: stale write-through queue on {loop.name}")
+            queue.write_text("write back")
     if not BLKIO.exists():
         return
     for knob in _KNOBS:

@@ -8,7 +8,7 @@
 #   BENCH_DISK=hdd      the disk modelled as one 7200 rpm drive (bench/diskmodel.py); results in bench-results/hdd
 # Knobs: BENCH_REPS, BENCH_WORK, BENCH_OUT, BENCH_FS, BENCH_OBJECTS, BENCH_PACKFS_OPTS,
 #        BENCH_PACKFS_BACKING, BENCH_HALT_POLL_NS, BENCH_DISK, BENCH_HDD_IOPS, BENCH_HDD_MBPS,
-#        BENCH_HDD_SEEK_MS, BENCH_CGROUP_MEM, BENCH_CGROUP_BASE, BENCH_PACED_SECONDS (exported to the
+#        BENCH_HDD_SEEK_MS, BENCH_HDD_WRITE_CACHE, BENCH_CGROUP_MEM, BENCH_CGROUP_BASE, BENCH_PACED_SECONDS (exported to the
 #        harness from the environment or make's command line; bench/README.md).
 .PHONY: bench bench-fio bench-swift bench-swift-large bench-scale bench-report
 

@@ -2,6 +2,7 @@
 rule that is set on a real loop device for the length of a block and removed whatever happens."""
 from __future__ import annotations
 
+import mmap
 import os
 import subprocess
 import sys
@@ -30,9 +31,10 @@ def test_counts_subtract_field_by_field():
     ({"BENCH_DISK": "ssd"}, "choose fast or hdd"),
     ({"BENCH_DISK": "hdd", "BENCH_HDD_IOPS": "many"}, "not a number"),
     ({"BENCH_DISK": "hdd", "BENCH_HDD_MBPS": "0"}, "must be positive"),
+    ({"BENCH_DISK": "hdd", "BENCH_HDD_WRITE_CACHE": "maybe"}, "choose off or on"),
 ])
 def test_bad_knobs_are_refused_in_one_line(monkeypatch, env, message):
-    for name in ("BENCH_DISK", "BENCH_HDD_IOPS", "BENCH_HDD_MBPS", "BENCH_HDD_SEEK_MS"):
+    for name in ("BENCH_DISK", "BENCH_HDD_IOPS", "BENCH_HDD_MBPS", "BENCH_HDD_SEEK_MS", "BENCH_HDD_WRITE_CACHE"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -43,9 +45,11 @@ def test_bad_knobs_are_refused_in_one_line(monkeypatch, env, message):
 
 def test_the_defaults_are_one_7200_rpm_drive(monkeypatch):
     monkeypatch.setenv("BENCH_DISK", "hdd")
-    for name in ("BENCH_HDD_IOPS", "BENCH_HDD_MBPS", "BENCH_HDD_SEEK_MS"):
+    for name in ("BENCH_HDD_IOPS", "BENCH_HDD_MBPS", "BENCH_HDD_SEEK_MS", "BENCH_HDD_WRITE_CACHE"):
         monkeypatch.delenv(name, raising=False)
-    assert diskmodel.from_env() == HDD
+    assert diskmodel.from_env() == HDD  # writing through
+    monkeypatch.setenv("BENCH_HDD_WRITE_CACHE", "on")
+    assert diskmodel.from_env().write_cache
 
 
 @pytest.fixture
@@ -83,15 +87,34 @@ def test_the_throttle_holds_the_device_for_the_block_only_even_when_it_fails(loo
         assert _rules(devno) == []  # the fast model throttles nothing
 
 
-def test_a_meter_counts_the_requests_a_device_completes(loop_device):
-    with diskmodel.IoMeter(loop_device) as meter:
-        fd = os.open(loop_device, os.O_WRONLY | os.O_DIRECT)
+def _write_and_fsync(dev: str) -> diskmodel.IoCount:
+    """Eight 4 KiB direct writes far apart (never merged into one request) and an fsync."""
+    with diskmodel.IoMeter(dev) as meter:
+        fd = os.open(dev, os.O_WRONLY | os.O_DIRECT)
         try:
-            import mmap
             block = mmap.mmap(-1, 4096)  # O_DIRECT wants an aligned buffer
             for i in range(8):
-                os.pwrite(fd, block, i * (1 << 20))  # far apart: never merged into one request
+                os.pwrite(fd, block, i * (1 << 20))
             os.fsync(fd)
         finally:
             os.close(fd)
-    assert meter.io.writes >= 8 and meter.io.write_bytes >= 8 * 4096
+    return meter.io
+
+
+def test_a_meter_counts_the_requests_a_device_completes(loop_device):
+    io = _write_and_fsync(loop_device)
+    assert io.writes >= 8 and io.write_bytes >= 8 * 4096 and io.flushes >= 1
+
+
+def test_the_modelled_drive_writes_through_for_the_block_only(loop_device):
+    queue = Path(f"/sys/block/{os.path.basename(loop_device)}/queue/write_cache")
+    assert queue.read_text().strip() == "write back"
+    with pytest.raises(RuntimeError):
+        with diskmodel.throttled(HDD, [loop_device]):
+            assert queue.read_text().strip() == "write through"
+            io = _write_and_fsync(loop_device)
+            raise RuntimeError("a case failed")
+    assert io.writes == 8 and io.flushes == 0  # the fsync costs the drive nothing of its own
+    assert queue.read_text().strip() == "write back"
+    with diskmodel.throttled(DiskModel("hdd", 150, 160.0, 8.3, write_cache=True), [loop_device]):
+        assert queue.read_text().strip() == "write back"
