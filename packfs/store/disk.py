@@ -143,6 +143,30 @@ class Disk:
     def size(self, fd: int) -> int:
         return os.fstat(fd).st_size
 
+    def holes(self, fd: int, start: int, end: int) -> list[tuple[int, int]]:
+        """The holes of [start, end) as spans. XFS and ext4 report fallocated, unwritten
+        blocks as holes too: where the log writes there, each flush converts extents."""
+        spans = []
+        pos = start
+        while pos < end:
+            try:
+                hole = os.lseek(fd, pos, os.SEEK_HOLE)
+            except OSError as e:
+                if e.errno == errno.ENXIO:  # at or past the file's end
+                    break
+                raise
+            if hole >= end:
+                break
+            try:
+                data = os.lseek(fd, hole, os.SEEK_DATA)
+            except OSError as e:
+                if e.errno != errno.ENXIO:
+                    raise
+                data = end  # a hole to the end of the file
+            spans.append((hole, min(data, end)))
+            pos = data
+        return spans
+
     def allocated_bytes(self, fd: int) -> int:
         return os.fstat(fd).st_blocks * 512
 

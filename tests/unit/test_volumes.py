@@ -12,8 +12,8 @@ import trio
 from packfs.store import records
 from packfs.store.disk import Disk
 from packfs.errors import FsError
-from packfs.store.volumes import (CROWDED_HOLD, META_RESERVE, PREALLOC_AHEAD, PREALLOC_STEP, STREAM_GAP, Volumes,
-                            volume_name)
+from packfs.store.volumes import (CROWDED_HOLD, META_RESERVE, PREALLOC_AHEAD, PREALLOC_STEP, REZERO_GAP, STREAM_GAP,
+                                  Volumes, volume_name)
 
 PACK_ID = 7
 
@@ -192,8 +192,10 @@ def test_zeros_resume_once_the_writers_fall_behind(tmp_path):
 
 def test_while_commits_are_crowded_the_background_fallocates_then_zeros_again(tmp_path):
     """A commit that was not alone (writers sharing the flushes) turns the zeros off for
-    CROWDED_HOLD: the steps prepared meanwhile are fallocated. Commits alone again, the
-    next steps are zeros."""
+    CROWDED_HOLD: the steps prepared meanwhile are fallocated, and once the hold is over
+    the background writes zeros over what of them lies ahead of the tail, unasked, so
+    that lone commits landing there flush data alone. Commits alone again, the next
+    steps are zeros."""
     disk = CountingDisk()
     v = volumes(tmp_path, disk=disk)
     payload = os.urandom(2 * PREALLOC_STEP)
@@ -216,11 +218,14 @@ def test_while_commits_are_crowded_the_background_fallocates_then_zeros_again(tm
             v.note_commit(alone=True)
             assert ("allocate", True) in await used_two_steps()
             v.note_commit(alone=False)
+            crowded_at = trio.current_time()
             crowded = await used_two_steps()
-            assert crowded and ("allocate", True) not in crowded
-            await trio.sleep(CROWDED_HOLD)
+            assert trio.current_time() - crowded_at >= CROWDED_HOLD  # the zeros waited for the hold
+            first_zeros = crowded.index(("allocate", True))
+            assert first_zeros > 0 and ("allocate", True) not in crowded[:first_zeros]
+            assert v.unwritten == [] and disk.holes(v.fd(1), v.tail + REZERO_GAP, v.allocated) == []
             v.note_commit(alone=True)
-            assert ("allocate", True) in await used_two_steps()
+            assert ("allocate", False) not in await used_two_steps()
 
     serve(v, body)
     v.close()
@@ -423,4 +428,45 @@ def test_dead_records_side_by_side_are_punched_as_one_hole(tmp_path):
     assert disk.punched == [(0, 16384), (20480, 4096)]
     assert disk.pread(fd, 24576, 0) == bytes(16384) + b"x" * 4096 + bytes(4096)
     assert v.punched_bytes == 20480
+    v.close()
+
+
+def test_fallocated_space_ahead_of_the_tail_gets_zeros_and_keeps_the_records(tmp_path):
+    """Space a writer had fallocated (it outran the zeros) is found again at the next
+    mount, and the background writes zeros over it (but next to the tail, where commits
+    would wait for them) and never over a record appended meanwhile."""
+    disk = CountingDisk()
+    v = volumes(tmp_path, disk=disk)
+    payload = os.urandom(100_000)
+
+    async def fallocate_a_step() -> None:
+        await v.ensure_space(records.footprint(len(payload)))  # the writer's step: fallocated
+        vol, off, ticket = v.append(records.DATA, 5, 0, payload, sync=True)
+        await v.wait_durable(ticket)
+
+    serve(v, fallocate_a_step, preallocate=False)
+    assert v.unwritten == [[0, v.allocated]]  # the record's blocks are written now all the same
+    tail, allocated = v.tail, v.allocated
+    v.close()
+
+    v = volumes(tmp_path, disk=disk)  # a new mount finds the same space unwritten past the tail
+    v.open_tail(1, tail, 2)
+    assert v.allocated == allocated
+    assert v.unwritten == [[tail, allocated]] == [list(h) for h in disk.holes(v.fd(1), tail, allocated)]
+    written: list[tuple[int, int, int]] = []
+
+    async def body() -> None:
+        with trio.fail_after(60):
+            while not v.preallocator_idle:
+                for i in range(4):  # records appended while the zeros are written
+                    await v.ensure_space(records.BLOCK)
+                    written.append(v.append(records.DATA, 6, i * records.BLOCK, bytes([i]) * 1000, sync=True))
+                await v.wait_durable(written[-1][2])
+                await trio.sleep(0.01)
+            assert disk.holes(v.fd(1), v.tail + REZERO_GAP, v.allocated) == []  # not next to the tail
+            for i, (vol, off, _) in enumerate(written):
+                assert await v.read(vol, off, 1000, 6) == bytes([i % 4]) * 1000
+
+    serve(v, body)
+    assert ("allocate", True) in disk.calls
     v.close()
