@@ -454,6 +454,7 @@ class Filesystem:
             "punched_bytes": v.punched_bytes, "disk_allocated_bytes": allocated,
             "appended_bytes": v.appended, "device_writes": v.writes,
             "device_flushes": v.flushes, "device_flushes_on_loop": v.flushes_on_loop, "log_writer": v.writer_kind,
+            "group_commit": v.group.report(),
             "swift_form_codec": xattrblob.codec(),
             "device_reads_waited": v.reads_waited, "prefetches": v.prefetches,
             "commits": self.journal.commits,

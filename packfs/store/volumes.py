@@ -31,6 +31,7 @@ from ..stats import OpStats
 from . import extents as ext
 from . import records
 from .disk import Disk
+from .groupcommit import GroupCommits
 from .logwriter import LogWriter, Op, writer_for
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class _Queued:
     parts: list[records.Payload]  # the record's buffers (records.encode), back to back
     size: int
     sync: bool
+    ino: int = 0  # the file of a DATA record (0 for the log's own)
 
 
 def _runs(keys: list[tuple[int, int, int]]) -> Iterator[tuple[int, int, int]]:
@@ -110,6 +112,7 @@ class Volumes:
         self.prefetches = 0  # records whose read was started ahead (prefetch)
         self.reads_waited = 0  # records read by a worker thread: the page cache lacked them
         self.timings = OpStats()  # device-level write and flush latency
+        self.group = GroupCommits()
         # Records reserved and not yet submitted to the log writer (see run): those of a
         # batch() in progress, or all of them until run starts the writer.
         self._pending: list[_Queued] = []
@@ -464,7 +467,7 @@ class Volumes:
             self._last_meta_end[vol] = self.tail
         ticket = self._next_ticket
         self._next_ticket += 1
-        self._submit(_Queued(ticket, vol, off, parts, size, sync))
+        self._submit(_Queued(ticket, vol, off, parts, size, sync, ino if rtype == records.DATA else 0))
         self._inflight[(vol, off)] = parts
         self.queued_bytes += size
         if self._room() < PREALLOC_AHEAD - PREALLOC_STEP and self.allocated < self._limit:
@@ -590,7 +593,7 @@ class Volumes:
         self.flushes_on_loop += 1
         self._outstanding += len(batch)
         err, *counts = result
-        self._account(counts)
+        self._account(batch, counts)
         self._batch_done(batch, err)
         return True
 
@@ -615,8 +618,8 @@ class Volumes:
 
     def _collect(self, writer: LogWriter) -> None:
         for tag, err, *counts in writer.done():
-            self._account(counts)
             batch, _ = self._batches.pop(tag)
+            self._account(batch, counts)
             self._syncs_in_hand -= any(q.sync for q in batch)
             self._batch_done(batch, err)
 
@@ -631,8 +634,9 @@ class Volumes:
         self._syncs_in_hand = 0
         self._batches.clear()
 
-    def _account(self, counts: list[int]) -> None:
+    def _account(self, batch: list[_Queued], counts: list[int]) -> None:
         write_ns, flush_ns, writes, flushes = counts
+        self.group.written(((q.ino, q.sync and q.offset >= 0) for q in batch), writes, flushes)
         if writes:
             self.writes += writes
             self.timings.record("disk_write", write_ns)

@@ -250,6 +250,10 @@ def test_concurrent_fsyncs_share_the_c_log_writers_flushes(tmp_path, packdir):
         fsyncs = s1["operations"]["fsync"]["count"] - s0["operations"].get("fsync", {"count": 0})["count"]
         assert fsyncs == 320
         assert s1["device_flushes"] - s0["device_flushes"] < fsyncs
+        shared = s1["group_commit"]  # what the flushes shared, as `packfs stats` shows it
+        assert 0 < shared["flushes"] <= s1["device_flushes"]  # a take may flush two volumes
+        assert shared["commits_per_flush"]["p99"] >= 2 and shared["files_per_flush"]["p99"] >= 2
+        assert shared["commits_per_flush"]["mean"] <= shared["commits_per_flush"]["p99"]
     with mounted(packdir, tmp_path / "mnt") as m:
         assert all((m / f"t{t}-{i}").read_bytes() == b"%d" % i * 3000 for t in range(8) for i in range(40))
 
