@@ -137,6 +137,22 @@ def throttled(model: DiskModel, devs: list[str]) -> Iterator[None]:
             _write_cache(dev).write_text("write back")  # a loop device keeps it after it is detached
 
 
+def release(dev: str) -> None:
+    """Remove the throttle rules on one device and give it its write cache back: what an
+    interrupted run left on a loop device it is about to detach."""
+    if (BLKIO / "blkio.throttle.read_iops_device").exists():
+        devno = dev_numbers(dev)
+        for knob in _KNOBS:
+            path = BLKIO / f"blkio.throttle.{knob}"
+            if any(line.split()[0] == devno for line in path.read_text().splitlines()):
+                log(f"cleanup: stale throttle {knob} on {devno}")
+                path.write_text(f"{devno} 0\n")
+    queue = _write_cache(dev)
+    if queue.exists() and queue.read_text().strip() == "write through":
+        log(f"cleanup: stale write-through queue on {dev}")
+        queue.write_text("write back")
+
+
 def remove_stale_throttles() -> None:
     """Remove every throttle rule on a loop device, and give every loop device its write
     cache back: what an interrupted run left behind (the benchmark is the only user of

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .diskmodel import remove_stale_throttles
+from .diskmodel import release
 from .util import REPO, log, run
 
 sys.path.insert(0, str(REPO / "tests"))
@@ -124,6 +124,7 @@ def _detach_loops_of(img: Path) -> None:
     for line in p.stdout.splitlines():
         dev = line.split(":", 1)[0]
         if dev.startswith("/dev/loop"):
+            release(dev)
             run(["losetup", "-d", dev], check=False)
 
 
@@ -223,10 +224,9 @@ class Testbed:
 
 
 def cleanup_stale(work: Path) -> None:
-    """Undo whatever an interrupted earlier run left under WORK: mounts, loops, images,
-    throttle rules."""
+    """Undo whatever an interrupted earlier run left under WORK: mounts, loops (their
+    throttle rules too), images. Another run's devices, under another WORK, stay alone."""
     work.mkdir(parents=True, exist_ok=True)
-    remove_stale_throttles()
     for mp, fstype in sorted(_mounted_under(work), key=lambda m: -len(m[0])):
         log(f"cleanup: stale mount {mp} ({fstype})")
         if fstype.startswith("fuse"):

@@ -41,7 +41,10 @@ PREALLOC_AHEAD = 64 << 20  # the background keeps this much prepared ahead of th
 INLINE_READ_MAX = 256 << 10  # warm records up to this size are read and checked on the loop
 ZERO_FLUSH_STEP = 1 << 20  # zeros are flushed in small steps, so a commit never waits behind many
 STREAM_GAP = 16 << 20  # while writers outrun the zeros, space this close ahead of the tail is fallocated
-REZERO_GAP = ZERO_FLUSH_STEP  # zeros go over fallocated space no closer to the tail: commits never wait for them
+# Zeros go over fallocated space no closer to the tail than this, so that commits never
+# wait for a piece of them: 256 KiB is ~20 of Swift's small PUTs, which come far slower
+# than a piece is written; while commits are crowded, STREAM_GAP.
+REZERO_GAP = 256 << 10
 CROWDED_HOLD = 1.0  # seconds after a commit that was not alone during which the background fallocates
 META_RESERVE = 4 << 20  # preallocated volume space only metadata may use
 HEADROOM = 32 << 20  # backing-disk space data never takes, so the catalog can checkpoint
@@ -319,43 +322,45 @@ class Volumes:
             pos += n
         return pos
 
-    def _rezero(self, fd: int) -> None:
+    def _rezero(self, fd: int, gap: int) -> None:
         """Write zeros over one piece of fallocated space ahead of the tail, and flush.
 
         Space fallocated while commits were crowded (note_commit) or for a writer that
         outran the zeros stays unwritten, and every lone commit that later lands in it
         costs the backing filesystem an extent conversion, so its fdatasync also writes
         XFS's log: on a hard disk a second access (measured with Swift's single-threaded
-        PUTs on a fresh pack: 0.47 log writes a PUT besides its one data write). So once
-        the crowd is gone the background turns that space into written zeros too.
+        PUTs on a fresh pack: 0.47 log writes a PUT besides its one data write; while
+        concurrent commits share flushes, one a flush). So the background turns that space
+        into written zeros too, `gap` ahead of the tail: a write within the file's size
+        holds the inode shared, unlike the extending zeros that made crowded commits
+        wait, and it converts 1 MiB a log write where commits convert a few KiB each.
         """
-        span = self.unwritten[0]
+        while self.unwritten and self.unwritten[0][1] <= self.tail + REZERO_GAP:
+            self.unwritten.pop(0)  # the tail is about to reach it (only threads under the grow lock edit the list)
+        i = next((i for i, (_, e) in enumerate(self.unwritten) if e > self.tail + gap), None)
+        if i is None:
+            return
+        start, end = self.unwritten[i]
         with self._zero_lock:
-            pos = max(span[0], self.tail + REZERO_GAP)
+            pos = max(start, self.tail + gap)
             self._zeroing = pos  # from here on a record reserved past pos waits for the lock
             try:
-                if pos < self.tail + REZERO_GAP:
+                if pos >= end:
                     return  # records got close meanwhile
-                n = min(ZERO_FLUSH_STEP - pos % ZERO_FLUSH_STEP, span[1] - pos)
-                if n > 0:
-                    self.disk.allocate(fd, pos, n)
+                n = min(ZERO_FLUSH_STEP - pos % ZERO_FLUSH_STEP, end - pos)
+                self.disk.allocate(fd, pos, n)
             finally:
                 self._zeroing = 1 << 62
-        if n > 0:
-            try:
-                self.disk.fdatasync(fd)
-            except OSError as e:
-                raise _FlushFailed(e.errno or errno.EIO, f"flushing the volume failed: {e}") from e
-        span[0] = pos + max(n, 0)
-        if span[0] >= span[1]:
-            self.unwritten.pop(0)
+        try:
+            self.disk.fdatasync(fd)
+        except OSError as e:
+            raise _FlushFailed(e.errno or errno.EIO, f"flushing the volume failed: {e}") from e
+        # what is left of the span: before the piece (too close to the tail then), after it
+        self.unwritten[i:i + 1] = [[a, b] for a, b in ((start, pos), (pos + n, end)) if a < b]
 
-    @property
-    def _rezero_wanted(self) -> bool:
-        """Fallocated space lies ahead of the tail (spans too close to it are dropped here)."""
-        while self.unwritten and self.unwritten[0][1] <= self.tail + REZERO_GAP:
-            self.unwritten.pop(0)
-        return bool(self.unwritten)
+    def _rezero_wanted(self, gap: int = REZERO_GAP) -> bool:
+        """Fallocated space lies at least `gap` ahead of the tail."""
+        return bool(self.unwritten) and self.unwritten[-1][1] > self.tail + max(gap, REZERO_GAP)
 
     async def run_preallocator(self) -> None:
         """Background: keep PREALLOC_AHEAD of prepared space ahead of the tail.
@@ -366,7 +371,7 @@ class Volumes:
         no room grows or hears ENOSPC itself.
         """
         while True:
-            rezero_at = self._crowded_until if self._rezero_wanted and not self.broken else math.inf
+            rezero_at = self._crowded_until if self._rezero_wanted() and not self.broken else math.inf
             with trio.move_on_at(rezero_at):  # once the crowd is gone, its fallocated space gets zeros
                 await self._grow_wanted.wait()
             self._grow_wanted = trio.Event()
@@ -375,12 +380,13 @@ class Volumes:
                     if self.broken:
                         break
                     zeros = trio.current_time() >= self._crowded_until
+                    gap = REZERO_GAP if zeros else STREAM_GAP
                     try:
                         if self._room() < PREALLOC_AHEAD and self.allocated < self._limit:
                             await self._grow_to(self.allocated + records.BLOCK,
                                                 min(self.allocated + PREALLOC_STEP, self._limit), False, zeros)
-                        elif zeros and not self._outrun and not self._space_waiters and self._rezero_wanted:
-                            await self._zero_a_piece()
+                        elif not self._outrun and not self._space_waiters and self._rezero_wanted(gap):
+                            await self._zero_a_piece(gap)
                         else:
                             break
                     except OSError as e:
@@ -388,10 +394,10 @@ class Volumes:
                         self.unwritten.clear()  # not tried again for this space
                         break
 
-    async def _zero_a_piece(self) -> None:
+    async def _zero_a_piece(self, gap: int) -> None:
         """One piece of _rezero, in a thread (the caller holds the grow lock)."""
         try:
-            await trio.to_thread.run_sync(self._rezero, self.fd(self.active))
+            await trio.to_thread.run_sync(self._rezero, self.fd(self.active), gap)
         except _FlushFailed as e:
             self._break(e.errno or errno.EIO)  # as in _grow_to: the flush may have taken a record's error
             raise
@@ -417,7 +423,7 @@ class Volumes:
     def preallocator_idle(self) -> bool:
         """True when the background preallocator has nothing left to prepare (nor is asked to)."""
         full = self._room() >= PREALLOC_AHEAD or self.allocated >= self._limit
-        return self.broken or (full and not self._rezero_wanted and not self._grow_wanted.is_set())
+        return self.broken or (full and not self._rezero_wanted() and not self._grow_wanted.is_set())
 
     def _room(self) -> int:
         """Prepared bytes past the tail that no buffered write has claimed."""

@@ -118,3 +118,12 @@ def test_the_modelled_drive_writes_through_for_the_block_only(loop_device):
     assert queue.read_text().strip() == "write back"
     with diskmodel.throttled(DiskModel("hdd", 150, 160.0, 8.3, write_cache=True), [loop_device]):
         assert queue.read_text().strip() == "write back"
+
+
+def test_release_undoes_what_an_interrupted_run_left_on_one_device(loop_device):
+    devno = diskmodel.dev_numbers(loop_device)
+    queue = Path(f"/sys/block/{os.path.basename(loop_device)}/queue/write_cache")
+    diskmodel._set(devno, 150, 160_000_000)  # as a run killed inside throttled() leaves it
+    queue.write_text("write through")
+    diskmodel.release(loop_device)
+    assert _rules(devno) == [] and queue.read_text().strip() == "write back"
