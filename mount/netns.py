@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -25,6 +27,14 @@ FIRST_NODE_HOST = 11  # node1 is .11, node2 .12, ...
 
 class NetworkError(RuntimeError):
     pass
+
+
+def unavailable() -> str | None:
+    """Why network namespaces cannot be made here, or None if they can."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    missing = [tool for tool, pkg in (("ip", "iproute2"), ("nsenter", "util-linux")) if not shutil.which(tool)]
+    return f"network namespaces need {' and '.join(missing)} (apt-get install iproute2 util-linux)" if missing else None
 
 
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -7,8 +7,6 @@ when a promise breaks; the asserts below say which promises.
 """
 from __future__ import annotations
 
-import os
-import shutil
 from typing import Iterator
 
 import pytest
@@ -16,6 +14,7 @@ import pytest
 from swiftenv import require_packfs  # puts mount/ on sys.path
 from failover import check_listings, failure_round, replaced_device_round  # noqa: E402
 from multinode import MultiNodeCluster  # noqa: E402
+from netns import unavailable  # noqa: E402
 from workload import Stored, verify_objects, workload  # noqa: E402
 
 THREADS = 4
@@ -24,8 +23,8 @@ THREADS = 4
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory) -> Iterator[MultiNodeCluster]:
     require_packfs()
-    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("nsenter"):
-        pytest.skip("network namespaces need root, ip (iproute2) and nsenter (util-linux)")
+    if why := unavailable():
+        pytest.skip(why)
     c = MultiNodeCluster(tmp_path_factory.mktemp("multinode"), nodes=3, devices_per_node=2)
     c.setup()
     try:
