@@ -55,6 +55,7 @@ class ReplacedDevice:
     node: str
     device: str
     expected: int      # acknowledged objects the device is a primary for
+    found: int         # objects on the device once it was mounted again empty (0)
     replication: ReplicationPass
     placement: Placement
     databases: int     # account and container databases back on the device
@@ -135,7 +136,7 @@ def failure_round(cluster: MultiNodeCluster, node: str, sync_method: str, stored
     down = cluster.placement({k: puts.acked[k][0] for k in puts.during}, down=[node])
     with Phase(phases, f"{node} returns: packfs mounts again (recovery after kill -9), servers restart"):
         recovery = cluster.return_node(node)
-    with Phase(phases, f"one pass of the replicators on every node ({sync_method})"):
+    with Phase(phases, f"one pass of the replicators and the object updater on every node ({sync_method})"):
         replication = cluster.replicate(sync_method)
     with Phase(phases, "read every copy on the devices"):
         placement = cluster.placement(on_disk(stored))
@@ -150,12 +151,16 @@ def replaced_device_round(cluster: MultiNodeCluster, node: str, device: str, syn
     expected = sum(cluster.primary_of(c, o, node, device) for c, o in stored.objects)
     with Phase(phases, f"{node}/{device} lost: its pack directory removed, mounted again empty"):
         cluster.replace_device(node, device)
-    with Phase(phases, f"one pass of the replicators on every node ({sync_method}) refills it"):
+        found = cluster.count_files(node, device, ["objects"], ".data")
+    if found:
+        raise ClusterError(f"{node}/{device} holds {found} objects once replaced by an empty disk")
+    with Phase(phases, f"one pass of the replicators and the object updater on every node ({sync_method}) refills it"):
         replication = cluster.replicate(sync_method)
     with Phase(phases, "read every copy on the devices"):
         placement = cluster.placement(on_disk(stored))
     check_placement(placement, f"after {node}/{device} was replaced and one {sync_method} pass")
-    result = ReplacedDevice(node, device, expected, replication, placement, cluster.databases(node, device))
+    result = ReplacedDevice(node, device, expected, found, replication, placement,
+                            cluster.count_files(node, device, ["accounts", "containers"], ".db"))
     if result.restored != expected:
         raise ClusterError(f"{node}/{device}: {result.restored} objects restored, not {expected}")
     return result

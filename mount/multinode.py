@@ -40,7 +40,10 @@ from netns import PrivateNetwork  # noqa: E402
 from swiftcluster import ClusterError, Device, SwiftCluster  # noqa: E402
 
 NODE_SERVERS = ("account", "container", "object")
-REPLICATORS = ("object-replicator", "container-replicator", "account-replicator")
+# One pass on a node: the replicators, and the object updater, which sends the container
+# updates that timed out or found a container server down (async pendings), as a node
+# running these daemons all the time would.
+PASS_DAEMONS = ("object-replicator", "container-replicator", "account-replicator", "object-updater")
 MAX_NODES = 8  # each node is ~0.4 GB of servers and daemons
 T = TypeVar("T")
 
@@ -56,7 +59,7 @@ def on_each(fn: Callable[[T], object], items: Iterable[T]) -> list:
 class ReplicationPass:
     seconds: float
     handoffs_removed: int   # handoff partitions a replicator pushed to their primaries and removed
-    errors: list[str]       # the replicators' ERROR lines (a pass that succeeded may have some)
+    errors: list[str]       # the daemons' ERROR lines (a pass that succeeded may have some)
 
 
 @dataclasses.dataclass
@@ -228,13 +231,13 @@ class MultiNodeCluster:
         return dev
 
     def replicate(self, sync_method: str) -> ReplicationPass:
-        """One pass (``once``) of the object, container and account replicators on every
-        node at once, the object replicator with ``sync_method`` (rsync or ssync). Each
-        replicator's output goes to the node's log directory."""
+        """One pass (``once``) of the object, container and account replicators and the
+        object updater on every node at once, the object replicator with ``sync_method``
+        (rsync or ssync). Each daemon's output goes to the node's log directory."""
         outputs: list[str] = []
 
         def on_node(node: SwiftCluster) -> None:
-            for daemon in REPLICATORS:
+            for daemon in PASS_DAEMONS:
                 conf = node.object_conf_variant(sync_method=sync_method) if daemon == "object-replicator" else None
                 r = node.run_once(daemon, conf=conf)
                 out = r.stdout + r.stderr
@@ -291,7 +294,8 @@ class MultiNodeCluster:
         _, primaries = self.object_ring.get_nodes(self.account, container, obj)
         return any(n["ip"] == self.nodes[node].ip and n["device"] == device for n in primaries)
 
-    def databases(self, node: str, device: str) -> int:
-        """Account and container databases on one device."""
+    def count_files(self, node: str, device: str, dirs: Iterable[str], suffix: str) -> int:
+        """Files ending in ``suffix`` under the device's ``dirs`` (objects: .data, accounts
+        and containers: .db)."""
         root = self.nodes[node].device(device).mountpoint
-        return sum(1 for kind in ("accounts", "containers") for _ in (root / kind).rglob("*.db"))
+        return sum(1 for d in dirs for _ in (root / d).rglob(f"*{suffix}"))

@@ -90,5 +90,5 @@ def summary(c: MultiNodeCluster, stored: Stored, before: tuple[int, int], rounds
           f"the proxy byte for byte, every container listing whole")
     errors = [e for r in rounds for e in r.replication.errors] + replaced.replication.errors
     if errors:
-        print(f"the replicators logged {len(errors)} ERROR lines (in <node>/log/*-replicator-once.log), e.g.:")
+        print(f"the replicators and updaters logged {len(errors)} ERROR lines (in <node>/log/*-once.log), e.g.:")
         print("   " + "\n   ".join(e[:200] for e in errors[:3]))

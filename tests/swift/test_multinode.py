@@ -63,7 +63,7 @@ def test_replaced_device_refilled(nodes, stored):
     the replicators puts back every object it is a primary for, byte for byte, and its
     account and container databases; every object reads back and every listing is whole."""
     r = replaced_device_round(nodes, "node1", "sdb1", "ssync", stored, phases=[])
-    assert r.expected > 0
+    assert r.found == 0 and r.expected > 0
     assert r.restored == r.expected
     assert r.databases > 0
     assert not r.placement.problems and not r.placement.handoffs
