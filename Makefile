@@ -5,7 +5,7 @@ VENV       ?= .venv
 PY         := $(VENV)/bin/python
 STAMPS     := .stamps
 APT_PKGS   := fuse3 libfuse3-dev fio xfsprogs liberasurecode-dev memcached \
-              pkg-config gcc python3-dev python3-venv rsync
+              pkg-config gcc python3-dev python3-venv rsync iproute2
 PYTEST_ARGS ?=
 
 .PHONY: setup test unit clean

@@ -12,7 +12,10 @@ One module owns everything a Swift-on-packfs cluster needs, so the demo
   ``<run>/cluster.json`` and stopped by that PID;
 * one-shot daemons: ``swift-object-replicator CONF once`` and friends.
 
-Everything listens on 127.0.0.1. Swift runs as root (``user = root``).
+Everything listens on 127.0.0.1, unless the cluster is one storage node of
+several (mount/multinode.py): then its servers and rsyncd listen on the node's
+own address inside the node's network namespace, on Swift's usual ports, and
+its one-shot daemons run there too. Swift runs as root (``user = root``).
 
 The storage backend is ``packfs`` (real mounts, the default) or ``dir`` (plain
 directories, for developing the harness without packfs, and for comparing).
@@ -34,7 +37,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -46,6 +49,8 @@ import mounts  # noqa: E402  (tests/mounts.py: the shared mount helpers)
 
 SERVERS = ("account", "container", "object")
 DEFAULT_DEVICES = ("sdb1", "sdb2", "sdb3", "sdb4")
+# A storage node alone in its network namespace listens on Swift's usual ports.
+NODE_PORTS = {"object": 6200, "container": 6201, "account": 6202, "rsync": 873}
 EC_FRAGMENTS = 3  # swift.conf's erasure-coded policy (index 1, `ec`): its data and parity fragments, a device for each
 
 
@@ -114,7 +119,9 @@ class SwiftCluster:
                  devices: Iterable[str] = DEFAULT_DEVICES, backend: str | None = None,
                  mount_options: str = "", part_power: int = 6, replicas: int = 3,
                  workers: int = 1, sync_method: str = "rsync", proxy_port: int | None = None,
-                 python: str = sys.executable):
+                 python: str = sys.executable, ip: str = "127.0.0.1", netns: str | None = None):
+        """``netns``: the named network namespace (``ip netns``) its processes run in, where
+        ``ip`` is the node's address; it then keeps :data:`NODE_PORTS`."""
         self.run_dir = Path(run_dir).absolute()
         self.node_root = Path(node_root).absolute() if node_root else self.run_dir / "srv" / "node"
         self.backend = backend or os.environ.get("PACKFS_SWIFT_BACKEND", "packfs")
@@ -124,6 +131,7 @@ class SwiftCluster:
         self.part_power, self.replicas, self.workers = part_power, replicas, workers
         self.sync_method = sync_method
         self.python = python
+        self.ip, self.netns = ip, netns
         self.devices = [Device(n, self.run_dir / "packs" / n, self.node_root / n) for n in devices]
         self.etc = self.run_dir / "etc"
         self.log_dir = self.run_dir / "log"
@@ -134,6 +142,8 @@ class SwiftCluster:
         self.mounted: list[str] = []
         self.ports = {"proxy": proxy_port or 0, "account": 0, "container": 0, "object": 0,
                       "memcached": 0, "rsync": 0}
+        if netns:
+            self.ports.update(NODE_PORTS)
         self._lock = threading.Lock()
 
     # ----------------------------------------------------------- state file
@@ -142,7 +152,7 @@ class SwiftCluster:
         state = {"node_root": str(self.node_root), "backend": self.backend,
                  "devices": [d.name for d in self.devices], "ports": self.ports,
                  "pids": self.pids, "mounted": self.mounted, "mount_options": self.mount_options,
-                 "python": self.python}
+                 "python": self.python, "ip": self.ip, "netns": self.netns}
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=1))
         tmp.replace(self.state_file)
@@ -153,7 +163,8 @@ class SwiftCluster:
         run_dir = Path(run_dir).absolute()
         state = json.loads((run_dir / "cluster.json").read_text())
         c = cls(run_dir, state["node_root"], state["devices"], state["backend"],
-                state.get("mount_options", ""), python=state.get("python", sys.executable))
+                state.get("mount_options", ""), python=state.get("python", sys.executable),
+                ip=state.get("ip", "127.0.0.1"), netns=state.get("netns"))
         c.ports.update(state["ports"])
         c.pids = {k: int(v) for k, v in state["pids"].items()}
         c.mounted = list(state["mounted"])
@@ -264,6 +275,8 @@ class SwiftCluster:
         return self.etc / f"{server}-server.conf"
 
     def _allocate_ports(self) -> None:
+        if self.netns:
+            return  # NODE_PORTS: nothing else listens in the node's namespace
         taken = set()
         for k, v in self.ports.items():
             if not v or not port_is_free(v):
@@ -278,7 +291,7 @@ class SwiftCluster:
             d.mkdir(parents=True, exist_ok=True)
         self._allocate_ports()
         values = {
-            "swift_dir": str(self.etc), "devices": str(self.node_root),
+            "swift_dir": str(self.etc), "devices": str(self.node_root), "bind_ip": self.ip,
             "mount_check": "true" if self.mount_check else "false",
             "workers": str(self.workers), "recon_cache_path": str(self.cache_dir),
             "sync_method": sync_method or self.sync_method, "run_dir": str(self.run_dir),
@@ -308,22 +321,28 @@ class SwiftCluster:
         return path
 
     # --------------------------------------------------------------- rings
-    def build_rings(self) -> None:
-        """account, container and object rings (part power, replicas, one zone per
-        device), and object-1's for the erasure-coded policy: one fragment per device,
-        EC_FRAGMENTS of them."""
+    def ring_devices(self, server: str, zone: int | None = None) -> list[str]:
+        """This cluster's devices as ``swift-ring-builder add`` arguments for one server's
+        ring: each device in a zone of its own, or all of them in ``zone`` (a node's)."""
+        adds = []
+        for i, dev in enumerate(self.devices, 1):
+            adds += [f"r1z{zone or i}-{self.ip}:{self.ports[server]}/{dev.name}", "100"]
+        return adds
+
+    def build_rings(self, ring_devices: Callable[[str], list[str]] | None = None) -> None:
+        """account, container and object rings (part power, replicas), and object-1's
+        for the erasure-coded policy (EC_FRAGMENTS fragments, a device for each), in
+        this cluster's swift_dir. ``ring_devices(server)`` gives each ring's devices
+        (default: :meth:`ring_devices`, one zone per device)."""
+        ring_devices = ring_devices or self.ring_devices
         errors: list[str] = []
 
         def build(ring: str, server: str, replicas: int) -> None:
             builder = self.etc / f"{ring}.builder"
             for f in (builder, self.etc / f"{ring}.ring.gz"):
                 f.unlink(missing_ok=True)
-            port = self.ports[server]
-            adds = []
-            for i, dev in enumerate(self.devices, 1):
-                adds += [f"r1z{i}-127.0.0.1:{port}/{dev.name}", "100"]
             for args, ok in (([ "create", str(self.part_power), str(replicas), "1"], (0,)),
-                             (["add", *adds], (0,)),
+                             (["add", *ring_devices(server)], (0,)),
                              (["rebalance"], (0, 1))):
                 r = self.swift("swift-ring-builder", str(builder), *args)
                 if r.returncode not in ok:
@@ -355,6 +374,12 @@ class SwiftCluster:
         return Ring(str(self.etc), ring_name=server)
 
     # ----------------------------------------------------------- processes
+    def in_netns(self, argv: list[str]) -> list[str]:
+        """``argv`` run in the cluster's network namespace, if it has one. nsenter enters
+        the network namespace only (``ip netns exec`` would also give the process a
+        mount namespace of its own, blind to packfs mounts made after it started)."""
+        return ["nsenter", f"--net=/run/netns/{self.netns}", *argv] if self.netns else argv
+
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["PACKFS_SWIFT_CONF"] = str(self.etc / "swift.conf")
@@ -364,7 +389,7 @@ class SwiftCluster:
 
     def swift(self, script: str, *args: str, timeout: float = 600, check: bool = False) -> subprocess.CompletedProcess:
         """Run a stock Swift console script in the foreground (one-shot tools)."""
-        r = subprocess.run([self.python, str(SWIFTRUN), script, *args], capture_output=True,
+        r = subprocess.run(self.in_netns([self.python, str(SWIFTRUN), script, *args]), capture_output=True,
                            text=True, env=self.env(), timeout=timeout)
         if check and r.returncode != 0:
             raise ClusterError(f"{script} {' '.join(args)} failed rc={r.returncode}:\n{r.stdout}\n{r.stderr}")
@@ -373,7 +398,7 @@ class SwiftCluster:
     def _spawn(self, name: str, argv: list[str]) -> int:
         log = open(self.log_dir / f"{name}.log", "ab")
         try:
-            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            p = subprocess.Popen(self.in_netns(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                  env=self.env(), start_new_session=True, cwd=self.run_dir)
         finally:
             log.close()
@@ -387,22 +412,23 @@ class SwiftCluster:
     def _wait_port(self, name: str, port: int, timeout: float = 60, path: str | None = None) -> None:
         deadline = time.monotonic() + timeout
         pid = self.pids[name]
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through $http_proxy
         while time.monotonic() < deadline:
             if not alive(pid):
                 raise ClusterError(f"{name} (pid {pid}) exited; see {self.log_dir / (name + '.log')}:\n"
                                    + self.log_tail(name))
             try:
                 if path:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+                    with direct.open(f"http://{self.ip}:{port}{path}", timeout=5) as r:
                         if r.status == 200:
                             return
                 else:
-                    with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    with socket.create_connection((self.ip, port), timeout=1):
                         return
             except OSError:
                 pass
             time.sleep(0.1)
-        raise ClusterError(f"{name} did not answer on 127.0.0.1:{port} within {timeout}s:\n" + self.log_tail(name))
+        raise ClusterError(f"{name} did not answer on {self.ip}:{port} within {timeout}s:\n" + self.log_tail(name))
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         try:
@@ -416,7 +442,7 @@ class SwiftCluster:
 
     def start_rsyncd(self) -> None:
         self._spawn("rsyncd", ["rsync", "--daemon", "--no-detach", f"--config={self.etc / 'rsyncd.conf'}",
-                               "--address=127.0.0.1", f"--port={self.ports['rsync']}"])
+                               f"--address={self.ip}", f"--port={self.ports['rsync']}"])
 
     def start_server(self, server: str) -> None:
         self._spawn(f"{server}-server", [self.python, str(SWIFTRUN), f"swift-{server}-server",
@@ -448,7 +474,9 @@ class SwiftCluster:
             return str(self.ports["memcached" if name == "memcached" else "rsync"]) in cmd or str(self.etc) in cmd
         return str(self.etc) in cmd
 
-    def stop_process(self, name: str, timeout: float = 15) -> None:
+    def stop_process(self, name: str, timeout: float = 15, sig: int = signal.SIGTERM) -> None:
+        """Stop one process and its group by the PID we recorded: ``sig`` (SIGKILL: a
+        crash), then SIGKILL after ``timeout``."""
         pid = self.pids.get(name)
         if not pid:
             return
@@ -456,7 +484,7 @@ class SwiftCluster:
             # Each process leads its own session/group (start_new_session), so
             # the group id is the PID we recorded: this also reaches Swift's workers.
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGTERM)
+                os.killpg(pid, sig)
             deadline = time.monotonic() + timeout
             while alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -478,12 +506,12 @@ class SwiftCluster:
             self.pids.pop(name, None)
             self._save()
 
-    def stop(self, names: Iterable[str] | None = None) -> None:
+    def stop(self, names: Iterable[str] | None = None, sig: int = signal.SIGTERM) -> None:
         order = ["proxy-server", "object-server", "container-server", "account-server", "rsyncd", "memcached"]
         targets = list(names) if names is not None else [n for n in order if n in self.pids] + \
             [n for n in self.pids if n not in order]
         for name in targets:
-            self.stop_process(name)
+            self.stop_process(name, sig=sig)
 
     def restart_server(self, server: str) -> None:
         self.stop_process(f"{server}-server")
@@ -534,7 +562,7 @@ class SwiftCluster:
     # ------------------------------------------------------------- clients
     @property
     def proxy_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports['proxy']}"
+        return f"http://{self.ip}:{self.ports['proxy']}"
 
     @property
     def auth_url(self) -> str:
@@ -546,8 +574,8 @@ class SwiftCluster:
 
     def object_node(self, device: str) -> dict:
         """A ring-style node dict for direct_client calls to one device."""
-        return {"ip": "127.0.0.1", "port": self.ports["object"], "device": device,
-                "replication_ip": "127.0.0.1", "replication_port": self.ports["object"]}
+        return {"ip": self.ip, "port": self.ports["object"], "device": device,
+                "replication_ip": self.ip, "replication_port": self.ports["object"]}
 
     def clean_node_root(self) -> None:
         """Empty the (plain) device directories; only for the dir backend."""
