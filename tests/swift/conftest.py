@@ -17,7 +17,7 @@ from typing import Iterator
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from swiftenv import BACKEND, SwiftCluster, require_backend  # noqa: E402
+from swiftenv import BACKEND, SwiftCluster, require_backend, running  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -39,9 +39,5 @@ def cluster(tmp_path_factory, request) -> Iterator[SwiftCluster]:
     MOUNT_OPTIONS if it has any."""
     c = make_cluster(tmp_path_factory, request.module.__name__.rsplit(".", 1)[-1],
                      mount_options=getattr(request.module, "MOUNT_OPTIONS", ""))
-    c.setup()
-    try:
+    with running(c):
         yield c
-    finally:
-        errors = c.teardown()
-        assert not errors, f"unmount errors: {errors}"

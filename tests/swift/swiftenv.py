@@ -5,9 +5,11 @@ files in this repository share that module name.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
+from typing import Iterator, Protocol
 
 import pytest
 
@@ -32,3 +34,21 @@ def require_packfs() -> None:
     if BACKEND != "packfs":
         pytest.skip("needs real packfs mounts (PACKFS_SWIFT_BACKEND=dir)")
     require_backend()
+
+
+class _Cluster(Protocol):
+    def setup(self) -> None: ...
+
+    def teardown(self) -> list[str]: ...
+
+
+@contextlib.contextmanager
+def running(cluster: _Cluster) -> Iterator[None]:
+    """A cluster set up for the block and torn down after it, even when it fails; what
+    could not be torn down (a mount, a namespace) fails the test."""
+    cluster.setup()
+    try:
+        yield
+    finally:
+        errors = cluster.teardown()
+        assert not errors, f"teardown errors: {errors}"

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from swiftenv import require_packfs  # puts mount/ on sys.path
+from swiftenv import require_packfs, running  # puts mount/ on sys.path
 from failover import check_listings, failure_round, replaced_device_round  # noqa: E402
 from multinode import MultiNodeCluster  # noqa: E402
 from netns import unavailable  # noqa: E402
@@ -26,12 +26,8 @@ def nodes(tmp_path_factory) -> Iterator[MultiNodeCluster]:
     if why := unavailable():
         pytest.skip(why)
     c = MultiNodeCluster(tmp_path_factory.mktemp("multinode"), nodes=3, devices_per_node=2)
-    c.setup()
-    try:
+    with running(c):
         yield c
-    finally:
-        errors = c.teardown()
-        assert not errors, f"teardown errors: {errors}"
 
 
 @pytest.fixture(scope="module")
