@@ -24,6 +24,7 @@ LAYERS = {
     "packfs.store": 2, "packfs.swiftmeta": 2,
     "packfs.store.disk": 1,
     "packfs": 0, "packfs.errors": 0, "packfs.options": 0, "packfs.stats": 0, "packfs.prometheus": 0,
+    "packfs.progress": 0,
 }
 FUSE_ONLY = {"pyfuse3"}  # what only packfs.fuse may import
 
