@@ -18,7 +18,7 @@ PACKAGE = Path(packfs.__file__).parent
 # The layer of a module is its longest prefix here; the number is its rank.
 LAYERS = {
     "packfs.cli": 6,
-    "packfs.fuse": 5, "packfs.fsck": 5,
+    "packfs.fuse": 5, "packfs.fsck": 5, "packfs.importer": 5,
     "packfs.core": 4,
     "packfs.namespace": 3,
     "packfs.store": 2, "packfs.swiftmeta": 2,
