@@ -25,20 +25,25 @@ class SourceDir:
 
     def __init__(self, path: bytes) -> None:
         self.path = path
+        self._listing: Iterator[os.DirEntry[str]] | None = None
         try:
             self.fd = _open_dir(path)
         except OSError as e:
             raise failed(path, e) from None
 
     def close(self) -> None:
+        if self._listing is not None:
+            self._listing.close()  # type: ignore[attr-defined]
         os.close(self.fd)
 
-    def entries(self) -> list[tuple[bytes, os.stat_result]]:
-        """(name, lstat) of every entry. Names given by a descriptor's listing are str with
-        the undecodable bytes escaped; fsencode gives the exact bytes back."""
+    def entries(self) -> Iterator[tuple[bytes, os.stat_result]]:
+        """(name, lstat) of each entry, as the listing goes: a directory of millions of
+        files is never held whole. Names given by a descriptor's listing are str with the
+        undecodable bytes escaped; fsencode gives the exact bytes back."""
         try:
-            with os.scandir(self.fd) as listing:
-                return [(os.fsencode(e.name), e.stat(follow_symlinks=False)) for e in listing]
+            self._listing = os.scandir(self.fd)
+            for e in self._listing:
+                yield os.fsencode(e.name), e.stat(follow_symlinks=False)
         except OSError as e:
             raise failed(self.path, e) from None
 
