@@ -1,10 +1,11 @@
 """packfs import: build a pack from an existing directory tree, without FUSE.
 
-Operators use it to move a Swift device onto packfs (stop the servers, unmount the XFS
-device, import its tree into an empty PACKDIR, mount the pack at the old mount point),
-the benchmarks to build large trees at disk speed. It runs in one process through the
-core (Filesystem): nothing below knows it is an import, so it keeps working when the
-inode table or the on-disk format change.
+Operators use it to move a Swift device onto packfs (stop the servers, mount the XFS
+read-only elsewhere, import its tree into an empty PACKDIR, mount the pack at the old
+mount point); benchmarks, to build large trees without a mount's round trips. It runs in
+one process through the core (Filesystem) and writes no on-disk format itself, so it
+keeps working when the inode table or the format change; of the import the core knows
+only its marker (pack.IMPORTING).
 
 1. Refuse what it must (preflight.py): SOURCE not a directory, PACKDIR not empty, a
    pack, mounted, or inside SOURCE. Take PACKDIR's lock for the whole run.
