@@ -8,11 +8,17 @@ already. It is walked once (every file read, its xattrs listed) so that the impo
 warm tree, then imported into WORKDIR/pack, which is removed first and after. Prints the
 objects per second of the import's build (the tree made and checkpointed), its whole wall
 and CPU time, and its peak RSS. The source stays for the next run: remove it when done.
+
+--profile imports in this process under cProfile instead and prints where the time went,
+by the import's parts (cProfile slows the many small calls more than the few large ones:
+shares, not times).
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import re
 import resource
 import shutil
@@ -38,12 +44,45 @@ def warm(root: Path) -> int:
     return files
 
 
+# The import's parts, as (file, function) whose cumulative time is the part's.
+PARTS = {
+    "reading the source": [("importer/source.py", f) for f in ("entries", "xattrs", "pieces", "__init__", "open",
+                                                                  "close", "readlink")],
+    "Filesystem.create": [("core/filesystem.py", "create")],
+    "Filesystem.write and the batches to the log writer": [("core/filesystem.py", "write"),
+                                                            ("importer/build.py", "_write_batch")],
+    "Filesystem.setxattrs": [("core/filesystem.py", "setxattrs")],
+    "setting times": [("importer/build.py", "_times")],
+    "checkpoints, on the loop (the catalog's writes run in a thread)": [("core/journal.py", "checkpoint")],
+    "  of which compressing xattrs": [("namespace/xattrstore.py", "compress_xattrs")],
+    "  of which snapshotting rows": [("core/journal.py", "snapshot")],
+    "the check: reopen, compare, namespace image": [("importer/__init__.py", "_check")],
+}
+
+
+def profile(src: Path, pack: Path) -> None:
+    """Import under cProfile; print each part's share of run_import's time."""
+    from packfs.importer import run_import
+    profiler = cProfile.Profile()
+    files = profiler.runcall(run_import, str(src), str(pack)).tally.files
+    cum: dict[tuple[str, str], float] = {}
+    for (path, _, name), (_, _, _, total, _) in pstats.Stats(profiler).stats.items():  # type: ignore[attr-defined]
+        key = (path.rsplit("/packfs/", 1)[-1], name)
+        cum[key] = cum.get(key, 0.0) + total
+    whole = cum[("importer/__init__.py", "run_import")]
+    print(f"{files:,} objects, {whole:.1f} s in run_import under cProfile:")
+    for part, funcs in PARTS.items():
+        t = sum(cum.get(f, 0.0) for f in funcs)
+        print(f"  {part:<66} {100 * t / whole:5.1f}%")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.importrate", description=__doc__.split("\n\n")[0])
     ap.add_argument("work", type=Path, help="where the source tree (unless --source) and the pack go")
     ap.add_argument("--objects", type=int, default=100_000)
     ap.add_argument("--size", type=int, default=64, help="object size in bytes (64: seed 004's small objects)")
     ap.add_argument("--source", type=Path, help="the source tree's directory (default WORKDIR/source-N-B)")
+    ap.add_argument("--profile", action="store_true", help="import under cProfile, print where the time went")
     a = ap.parse_args(argv)
     src = a.source or a.work / f"source-{a.objects}-{a.size}"
     if not (src / "objects").is_dir():
@@ -57,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     log(f"importrate: {files:,} files walked and read in {time.monotonic() - t0:.1f} s (warm now)")
     pack = a.work / "pack"
     shutil.rmtree(pack, ignore_errors=True)
+    if a.profile:
+        profile(src, pack)
+        shutil.rmtree(pack, ignore_errors=True)
+        return 0
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "packfs.cli", "import", str(src), str(pack)], cwd=REPO,
