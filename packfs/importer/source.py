@@ -3,9 +3,10 @@
 Everything the import reads of SOURCE goes through here, with as few system calls as a
 warm tree allows: a directory is listed through its own descriptor, and its entries are
 stat'ed and its files opened relative to it (fstatat, openat), so no full path is
-resolved per file; a regular file's xattrs are read through its descriptor. Reads use
-O_NOATIME where the kernel allows it, so the import leaves the source's access times as
-they were (the times it copies are taken before it reads). Nothing here writes.
+resolved per file; a regular file's xattrs are read through its descriptor. Files and
+directories are opened O_NOATIME where the kernel allows it, so the import leaves their
+access times as they were; reading a symlink sets its own, after the import took it (a
+source mounted read-only keeps every one). Nothing here writes.
 """
 from __future__ import annotations
 
