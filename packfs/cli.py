@@ -342,9 +342,9 @@ IMPORT_EPILOG = """\
 SOURCE is copied whole: names (any bytes), modes with set-ID and sticky bits, owners,
 atime, mtime and ctime to the nanosecond, xattrs (user., trusted., security.), hard
 links (as links), symlinks, device nodes, FIFOs, sockets, empty files and directories,
-and sparse files with their holes (SEEK_DATA/SEEK_HOLE). SOURCE must not change while
-it runs: stop Swift's servers and unmount the device first. A file with an xattr packfs
-cannot keep (system.*, ACLs) is refused by name.
+and sparse files with their holes (SEEK_DATA/SEEK_HOLE). It runs as root. SOURCE must
+not change while it runs: stop Swift's servers and mount the device read-only. A file
+with an xattr packfs cannot keep (system.*, ACLs) is refused by name.
 
 Progress goes to stderr every second; at the end the pack is reopened as a mount would
 open it and compared with what was imported, and a summary is printed. Exit status: 0

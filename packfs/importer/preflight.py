@@ -8,7 +8,12 @@ from .errors import ImportFailed
 
 
 def check_source(source: str) -> bytes:
-    """SOURCE as an absolute path in bytes (names need not be UTF-8); it must be a directory."""
+    """SOURCE as an absolute path in bytes (names need not be UTF-8); it must be a directory,
+    and the import root's: another user reads no trusted.* xattr (a listing leaves them
+    out, so a copy would lack them unsaid) and not every file."""
+    if os.geteuid() != 0:
+        raise ImportFailed("packfs import runs as root: another user can read neither trusted.* xattrs nor "
+                           "every file of SOURCE")
     if not os.path.exists(source):
         raise ImportFailed(f"SOURCE {source} does not exist")
     if not os.path.isdir(source):

@@ -170,6 +170,13 @@ def test_what_it_refuses_it_leaves_as_it_was(tmp_path, tree):
     assert not any(n.startswith("p") for n in os.listdir(tmp_path) if n not in ("pack",))
 
 
+def test_it_runs_as_root_alone(tmp_path, tree, monkeypatch):
+    """Another user's listings leave trusted.* xattrs out: the copy would lack them unsaid."""
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert "runs as root" in _refusal(tree, tmp_path / "pack")
+    assert not (tmp_path / "pack").exists()
+
+
 def test_an_xattr_packfs_cannot_keep_is_refused_by_name(tmp_path, tree, monkeypatch):
     real = source.xattrs
 
