@@ -70,6 +70,33 @@ def _build_worker(root: str, start: int, step: int, n: int, size: int, ts: str, 
         done.value += count % 500
 
 
+def build_objects(root: str, first: int, last: int, size: int, ts: str, name: str) -> None:
+    """Swift objects first..last-1 under the device root, by two processes, with a line of
+    progress every 15 s."""
+    count = last - first
+    ctx = mp.get_context("fork")
+    done = ctx.Value("q", 0)
+    nproc = 2
+    t0 = time.monotonic()
+    procs = [ctx.Process(target=_build_worker, args=(root, first + k, nproc, last, size, ts, done))
+             for k in range(nproc)]
+    for p in procs:
+        p.start()
+    shown = t0
+    while any(p.is_alive() for p in procs):
+        time.sleep(0.5)
+        if time.monotonic() - shown >= 15:
+            shown = time.monotonic()
+            v = done.value
+            rate = v / (shown - t0)
+            eta = (count - v) / rate if rate else 0
+            log(f"  {name} build: {v:,}/{count:,} ({rate:.0f} files/s, ~{eta:.0f} s left)")
+    for p in procs:
+        p.join()
+    if any(p.exitcode for p in procs):
+        raise RuntimeError(f"builder failed (exit codes {[p.exitcode for p in procs]}), {done.value} built")
+
+
 class ScaleBench(Part):
     def __init__(self, tb, res: Results, quick: bool, reps: int, work: Path, n: int, model: DiskModel):
         self.targets = list(tb)
@@ -191,30 +218,10 @@ class ScaleBench(Part):
 
     def build(self, t, first: int, last: int) -> None:
         """Objects first..last-1, unthrottled, as fast as two processes make them."""
-        root = str(t.mnt)
         count = last - first
         log(f"scale: building objects {first:,} to {last:,} of {self.size} B on {t.name}")
-        ctx = mp.get_context("fork")
-        done = ctx.Value("q", 0)
-        nproc = 2
         t0 = time.monotonic()
-        procs = [ctx.Process(target=_build_worker, args=(root, first + k, nproc, last, self.size, self.ts, done))
-                 for k in range(nproc)]
-        for p in procs:
-            p.start()
-        last = t0
-        while any(p.is_alive() for p in procs):
-            time.sleep(0.5)
-            if time.monotonic() - last >= 15:
-                last = time.monotonic()
-                v = done.value
-                rate = v / (last - t0)
-                eta = (count - v) / rate if rate else 0
-                log(f"  {t.name} build: {v:,}/{count:,} ({rate:.0f} files/s, ~{eta:.0f} s left)")
-        for p in procs:
-            p.join()
-        if any(p.exitcode for p in procs):
-            raise RuntimeError(f"builder failed (exit codes {[p.exitcode for p in procs]}), {done.value} built")
+        build_objects(str(t.mnt), first, last, self.size, self.ts, t.name)
         t_sync = time.monotonic()
         os.sync()
         el = time.monotonic() - t0

@@ -3,12 +3,13 @@
 Layers, top to bottom; imports only point down (tests/unit/test_layers.py checks it):
 
   cli.py                  the command line
-  fuse/      fsck/        the FUSE adapter (the only user of pyfuse3); the offline checker
+  fuse/  fsck/  importer/ the FUSE adapter (the only user of pyfuse3); the offline checker;
+                          a pack built from a directory tree (packfs import)
   core/                   Filesystem, write-behind, journal, catalog, recovery, opening a pack
   namespace/              the in-memory inode table
   store/     swiftmeta/   volumes of records and their writer; Swift's metadata codec
   store/disk.py           the only module that does OS IO on the pack
-  errors.py, options.py, stats.py: plain values any layer may use;
+  errors.py, options.py, stats.py, progress.py: plain values any layer may use;
   prometheus.py: the stats as Prometheus text (a pure function, for the cli)
 """
 

@@ -1,4 +1,4 @@
-"""The packfs command: mount, umount, sync, stats, fsck."""
+"""The packfs command: mount, umount, sync, stats, fsck, import."""
 from __future__ import annotations
 
 import argparse
@@ -16,6 +16,7 @@ from . import __version__, prometheus
 from .core import pack
 from .fuse import control
 from .options import OptionError, Options, describe as describe_options
+from .progress import Progress
 from .store.disk import Disk
 
 
@@ -337,6 +338,38 @@ def cmd_fsck(args: argparse.Namespace) -> int:
     return fsck(os.path.abspath(args.packdir), repair=args.repair)
 
 
+IMPORT_EPILOG = """\
+SOURCE is copied whole: names (any bytes), modes with set-ID and sticky bits, owners,
+atime, mtime and ctime to the nanosecond, xattrs (user., trusted., security.), hard
+links (as links), symlinks, device nodes, FIFOs, sockets, empty files and directories,
+and sparse files with their holes (SEEK_DATA/SEEK_HOLE). It runs as root. SOURCE must
+not change while it runs: stop Swift's servers and mount the device read-only. A file
+with an xattr packfs cannot keep (system.*, ACLs) is refused by name.
+
+Progress goes to stderr every second; at the end the pack is reopened as a mount would
+open it and compared with what was imported, and a summary is printed. Exit status: 0
+imported; 1 refused or failed, with one line saying why; 130 interrupted.
+
+Until it has finished, PACKDIR holds packfs.json.importing instead of packfs.json:
+mount and fsck refuse it, and running the same import again clears it and starts over.
+"""
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from .importer import ImportFailed, run_import
+    try:
+        done = run_import(args.source, args.packdir, Progress(every=1.0, command="import"))
+    except ImportFailed as e:
+        print(f"packfs import: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"packfs import: interrupted; {args.packdir} holds an unfinished import, which mount and fsck refuse: "
+              "run the same import again to start over", file=sys.stderr)
+        return 130
+    print(done.summary())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="packfs", description="Small files packed into append-only volumes, "
                                      "served as a POSIX tree over FUSE.")
@@ -367,6 +400,12 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("packdir")
     f.add_argument("--repair", action="store_true", help="make the pack consistent; report what was done")
     f.set_defaults(func=cmd_fsck)
+    i = sub.add_parser("import", help="build a pack in an empty PACKDIR from the directory tree SOURCE "
+                       "(a Swift device taken offline), without FUSE", epilog=IMPORT_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    i.add_argument("source", metavar="SOURCE", help="the directory whose tree becomes the pack's")
+    i.add_argument("packdir", metavar="PACKDIR", help="an empty or missing directory; it becomes the pack")
+    i.set_defaults(func=cmd_import)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -276,9 +276,14 @@ class Filesystem:
         return self.ns.listxattr(ino)
 
     def setxattr(self, ino: int, name: bytes, value: bytes) -> None:
-        _check_xattr_name(name)
+        self.setxattrs(ino, [(name, value)])
+
+    def setxattrs(self, ino: int, items: Sequence[tuple[bytes, bytes]]) -> None:
+        """Set xattrs in order, as one change (Namespace.setxattrs)."""
+        for name, _ in items:
+            _check_xattr_name(name)
         self._changeable()
-        self.ns.setxattr(ino, name, value)
+        self.ns.setxattrs(ino, items)
 
     def fallocate(self, ino: int, mode: int, offset: int, length: int) -> None:
         """fallocate(2): punch a hole or zero a range (a hole too), or check that the disk

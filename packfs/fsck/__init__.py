@@ -33,7 +33,8 @@ blocks are punched, and a second run punches whatever the first did not get to.
 
 The parts, in the order a run uses them: scan.py reads the volumes, replay.py replays
 the log without writing, crosscheck.py compares the two, check.py puts those together,
-repair.py fixes what they found, report.py holds the findings and the progress lines.
+repair.py fixes what they found, report.py holds the findings (packfs/progress.py writes
+the progress lines).
 """
 from __future__ import annotations
 
@@ -41,10 +42,11 @@ import os
 from typing import Callable
 
 from ..core import pack as packmod
+from ..progress import QUIET, Progress
 from ..store.disk import Disk
 from .check import check_pack
 from .repair import XATTR, repair_pack
-from .report import QUIET, Progress, Report
+from .report import Report
 
 __all__ = ["XATTR", "Progress", "Report", "check", "fsck"]
 

@@ -9,12 +9,13 @@ from ..core import pack as packmod
 from ..core.catalog import CatalogError
 from ..core.recovery import PackDamaged, load_namespace, replay
 from ..namespace.namespace import Namespace
+from ..progress import QUIET, Progress
 from ..store import records
 from ..store.disk import Disk
 from ..store.volumes import Volumes, volume_name
 from .crosscheck import cross_check
 from .replay import ReadOnlyDisk, commits_after, dead_listed, open_catalog, release_orphans, replay_tolerant
-from .report import QUIET, Finding, Progress, Report
+from .report import Finding, Report
 from .scan import Scan, scan_volumes
 
 

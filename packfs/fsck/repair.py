@@ -12,6 +12,7 @@ from ..core import journal
 from ..core.recovery import load_namespace, replay
 from ..namespace.inodes import ROOT, Inode
 from ..namespace.namespace import Namespace
+from ..progress import QUIET, Progress
 from ..store import extents as ext
 from ..store import records
 from ..store.disk import Disk
@@ -19,7 +20,7 @@ from ..store.volumes import Volumes, volume_name
 from .check import State
 from .crosscheck import cross_check, describe, extent_problem, paths_of
 from .replay import dead_listed, open_catalog, release_orphans, replay_tolerant
-from .report import QUIET, Progress, Report
+from .report import Report
 from .scan import BLOCK, scan_volumes
 
 LOST_FOUND = b"lost+found"

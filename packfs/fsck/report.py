@@ -1,11 +1,8 @@
-"""What fsck found and did, and the progress lines it writes while it works."""
+"""What fsck found and did."""
 from __future__ import annotations
 
-import sys
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 @dataclass
@@ -64,31 +61,3 @@ class Report:
         if self.notes:
             head += f"; {len(self.notes)} note(s)"
         return head
-
-
-class Progress:
-    """A line on stderr every few seconds while fsck works: a large pack takes minutes
-    (every record is read). A check that ends sooner prints nothing."""
-
-    def __init__(self, every: float = 2.0, write: Callable[[str], None] | None = None) -> None:
-        self.every = every
-        self.write = write or (lambda line: print(f"packfs fsck: {line}", file=sys.stderr, flush=True))
-        self._started = time.monotonic()
-        self._due = self._started + every
-
-    def __call__(self, line: Callable[[], str]) -> None:
-        """Report how far the current step is, if the last line is old enough (line is made only then)."""
-        now = time.monotonic()
-        if now >= self._due:
-            self._due = now + self.every
-            self.write(line())
-
-    def step(self, line: str) -> None:
-        """A new step begins: say so, once the whole run has taken long enough to report at all."""
-        now = time.monotonic()
-        if now >= self._started + self.every:
-            self._due = now + self.every
-            self.write(line)
-
-
-QUIET = Progress(write=lambda line: None)

@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 
 from zlib_ng.zlib_ng import crc32
 
+from ..progress import QUIET, Progress
 from ..store import records
 from ..store.disk import Disk
 from ..store.volumes import Volumes, volume_name
-from .report import QUIET, Progress
+
 
 BLOCK = records.BLOCK
 CHUNK = 1 << 20

@@ -448,13 +448,20 @@ class Namespace:
         self._touch(node)
 
     def setxattr(self, ino: int, name: bytes, value: bytes) -> None:
-        if not name or len(name) > NAME_MAX:
-            raise FsError(errno.ERANGE)
-        if len(value) > XATTR_SIZE_MAX:
-            raise FsError(errno.E2BIG)
+        self.setxattrs(ino, [(name, value)])
+
+    def setxattrs(self, ino: int, items: Iterable[tuple[bytes, bytes]]) -> None:
+        """Set xattrs in order, as one change: all or, on an error, none. `packfs import`
+        sets a file's all at once: one by one, each unpacked and packed again those set
+        before it."""
         node = self.get(ino)
         x = node.xattrs or {}
-        x[name] = bytes(value)
+        for name, value in items:
+            if not name or len(name) > NAME_MAX:
+                raise FsError(errno.ERANGE)
+            if len(value) > XATTR_SIZE_MAX:
+                raise FsError(errno.E2BIG)
+            x[name] = bytes(value)
         if packed_size(x) > XATTRS_MAX:
             raise FsError(errno.ENOSPC)  # as XFS and ext4 say when an inode's xattr space is full
         node.xattrs = x

@@ -207,12 +207,21 @@ def repeat_concurrently(steps: dict[str, Callable[[], None]], seconds: float,
 def loop_ext4(tmp_path: Path, size: int, block_size: int | None = None) -> Iterator[Path]:
     """A freshly made ext4 of `size` bytes, loop-mounted; always unmounted and removed.
     (mkfs.ext4 gives one under 512 MiB blocks of 1 KiB unless told.)"""
-    image, backing = tmp_path / "ext4.img", tmp_path / "backing"
+    blocks = ["-b", str(block_size)] if block_size else []
+    with loop_fs(tmp_path, size, ["mkfs.ext4", "-q", "-F", *blocks]) as backing:
+        yield backing
+
+
+@contextlib.contextmanager
+def loop_fs(tmp_path: Path, size: int, mkfs: list[str]) -> Iterator[Path]:
+    """A filesystem made by the mkfs command line (`mkfs.TYPE ...`, the image's path
+    appended) on an image of `size` bytes, tmp_path/TYPE.img, loop-mounted on a free loop
+    device at tmp_path/backing; always unmounted and removed."""
+    image, backing = tmp_path / f"{mkfs[0].rsplit('.', 1)[-1]}.img", tmp_path / "backing"
     backing.mkdir()
     with open(image, "wb") as f:
         f.truncate(size)
-    blocks = ["-b", str(block_size)] if block_size else []
-    subprocess.run(["mkfs.ext4", "-q", "-F", *blocks, str(image)], check=True, capture_output=True)
+    subprocess.run([*mkfs, str(image)], check=True, capture_output=True)
     subprocess.run(["mount", "-o", "loop", str(image), str(backing)], check=True, capture_output=True)
     try:
         yield backing

@@ -18,12 +18,13 @@ PACKAGE = Path(packfs.__file__).parent
 # The layer of a module is its longest prefix here; the number is its rank.
 LAYERS = {
     "packfs.cli": 6,
-    "packfs.fuse": 5, "packfs.fsck": 5,
+    "packfs.fuse": 5, "packfs.fsck": 5, "packfs.importer": 5,
     "packfs.core": 4,
     "packfs.namespace": 3,
     "packfs.store": 2, "packfs.swiftmeta": 2,
     "packfs.store.disk": 1,
     "packfs": 0, "packfs.errors": 0, "packfs.options": 0, "packfs.stats": 0, "packfs.prometheus": 0,
+    "packfs.progress": 0,
 }
 FUSE_ONLY = {"pyfuse3"}  # what only packfs.fuse may import
 
