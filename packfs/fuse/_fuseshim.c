@@ -113,13 +113,14 @@
 #include <unistd.h>
 #include <fuse_lowlevel.h>
 #include <linux/fuse.h>
+#include "_shimmeta.h"
 
 typedef struct fuse_session *(*session_new_fn)(struct fuse_args *, const struct fuse_lowlevel_ops *,
                                                size_t, void *);
 typedef int (*session_mount_fn)(struct fuse_session *, const char *);
 
 static int want_dircache, want_filecache, want_xattrcache, want_killpriv, want_tmpfile,
-    want_fallocate, want_passthrough; /* packfs_shim_enable */
+    want_fallocate, want_passthrough, want_metacache; /* packfs_shim_enable */
 static int installed;    /* the last session got the rewritten table */
 static int zero_message; /* ... and its kernel supports zero-message opendir */
 static int zero_open;    /* ... and zero-message open, which filecache asked for */
@@ -422,7 +423,8 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
     int xattrcache = want_xattrcache && op->getxattr;
     int fallocate = want_fallocate && op->setxattr && op->fallocate == NULL &&
                     getrandom(fallocate_token, TOKEN_SIZE, 0) == TOKEN_SIZE;
-    if (!(dircache || filecache || xattrcache || fallocate) || op_size > sizeof ops || op->init == NULL)
+    int metacache = want_metacache && op->lookup && op->getattr;
+    if (!(dircache || filecache || xattrcache || fallocate || metacache) || op_size > sizeof ops || op->init == NULL)
         return next(args, op, op_size, userdata);
     memcpy(&ops, op, op_size);
     next_init = op->init;
@@ -453,6 +455,8 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
         next_setxattr = op->setxattr;
         ops.fallocate = fallocate_as_setxattr;
     }
+    if (metacache)
+        packfs_shim_meta_install(&ops);
     if (op->ioctl == NULL)
         ops.ioctl = ioctl_unsupported;
     struct fuse_session *se = next(args, &ops, op_size, userdata);
@@ -693,8 +697,9 @@ int fuse_session_mount(struct fuse_session *se, const char *mountpoint)
 }
 
 void packfs_shim_enable(int dircache, int filecache, int xattrcache, int kill_priv, int tmpfile, int fallocate,
-                        int pass_through)
+                        int pass_through, int metacache)
 {
+    want_metacache = metacache;
     want_passthrough = pass_through;
     want_dircache = dircache;
     want_filecache = filecache;
@@ -707,6 +712,11 @@ void packfs_shim_enable(int dircache, int filecache, int xattrcache, int kill_pr
 int packfs_shim_installed(void)
 {
     return installed;
+}
+
+int packfs_shim_answers_metadata(void)
+{
+    return installed && packfs_shim_meta_installed(&ops);
 }
 
 /* packfs's readdir gave the kernel every entry of a listing of `ino`, the last with

@@ -123,16 +123,23 @@ if _lib is not None:
     _lib.packfs_shim_unstage.argtypes = [ctypes.c_uint64]
     _lib.packfs_shim_unstage.restype = None
     _lib.packfs_shim_staged_id.argtypes = [ctypes.c_uint64]
+    _lib.packfs_shim_meta_serve.argtypes = [ctypes.py_object, ctypes.c_double, ctypes.c_double, ctypes.c_int]
+    _lib.packfs_shim_meta_serve.restype = None
+    _lib.packfs_shim_meta_answered.argtypes = [ctypes.c_int]
+    _lib.packfs_shim_meta_answered.restype = ctypes.c_ulonglong
+    _lib.packfs_shim_meta_lookup_flat.argtypes = [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t,
+                                                  ctypes.POINTER(ctypes.c_int64)]
+    _lib.packfs_shim_meta_getattr_flat.argtypes = [ctypes.c_uint64, ctypes.POINTER(ctypes.c_int64)]
 
 FALLOCATE_TOKEN_SIZE = 16  # _fuseshim.c's TOKEN_SIZE
 
 
 def enable(dircache: bool, filecache: bool, xattrcache: bool, killpriv: bool = True, tmpfile: bool = True,
-           fallocate: bool = True, passthrough: bool = False) -> None:
+           fallocate: bool = True, passthrough: bool = False, metacache: bool = False) -> None:
     """Ask for each part in the next FUSE session (call before pyfuse3.init)."""
     if _lib is not None:
         _lib.packfs_shim_enable(int(dircache), int(filecache), int(xattrcache), int(killpriv), int(tmpfile),
-                                int(fallocate), int(passthrough))
+                                int(fallocate), int(passthrough), int(metacache))
 
 
 def loaded() -> bool:
@@ -306,3 +313,43 @@ def ioctls_answered() -> int:
 def ends_answered() -> int:
     """Readdir requests the library answered as a listing's end (they reach no handler)."""
     return int(_lib.packfs_shim_ends_answered()) if _lib is not None else 0
+
+
+# What metacache answers, by the name `packfs stats` counts it under (_shimmeta.h's enum).
+META_OPS = ("lookup", "negative_lookup", "getattr")
+_META_FLAT = 14  # values in a flat answer (_shimmeta.h: META_FLAT)
+MetaAnswer = tuple[int, ...]  # ino, mode, nlink, uid, gid, rdev, size, blksize, blocks, atime, mtime, ctime (ns),
+# entry and attr timeouts (ms)
+
+
+def answers_metadata() -> bool:
+    """Whether the last FUSE session's lookup and getattr go through the library (metacache)."""
+    return _lib is not None and bool(_lib.packfs_shim_answers_metadata())
+
+
+def serve_metadata(table: object | None, entry_timeout: float, attr_timeout: float, getattr_too: bool) -> None:
+    """Answer LOOKUP (and GETATTR, with getattr_too) from this InodeTable (None: stop), with
+    these kernel cache timeouts, as Operations would: see _shimmeta.c."""
+    if _lib is not None:
+        _lib.packfs_shim_meta_serve(table, entry_timeout, attr_timeout, int(getattr_too))
+
+
+def metadata_answered() -> dict[str, int]:
+    """Requests the library answered from the table, by META_OPS name (they reach no handler)."""
+    if _lib is None:
+        return dict.fromkeys(META_OPS, 0)
+    return {op: int(_lib.packfs_shim_meta_answered(i)) for i, op in enumerate(META_OPS)}
+
+
+def meta_lookup(parent: int, name: bytes) -> tuple[int, MetaAnswer]:
+    """What the library answers a LOOKUP with, and does (a reference taken): (0, ()) if it
+    leaves it to Python, (1, entry), (2, negative entry)."""
+    out = (ctypes.c_int64 * _META_FLAT)()
+    r = _lib.packfs_shim_meta_lookup_flat(parent, name, len(name), out)  # type: ignore[union-attr]
+    return r, tuple(out) if r else ()
+
+
+def meta_getattr(ino: int) -> MetaAnswer | None:
+    """What the library answers a GETATTR with; None if it leaves it to Python."""
+    out = (ctypes.c_int64 * _META_FLAT)()
+    return tuple(out) if _lib.packfs_shim_meta_getattr_flat(ino, out) else None  # type: ignore[union-attr]

@@ -1,0 +1,164 @@
+"""The fuse shim's LOOKUP and GETATTR answered in C from the inode table (_shimmeta.c)
+against Operations' own answers, for a table with every kind of inode, listing form and
+xattrs; and the layout header C is built with against the namespace's constants."""
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pyfuse3
+import pytest
+import trio
+from started import with_filesystem
+
+from packfs.core.filesystem import Filesystem, Setattr
+from packfs.fuse import fuseshim, tablelayout
+from packfs.fuse.ops import Operations
+from packfs.namespace.dirents import PackedEntries
+from packfs.namespace.inodes import NLINK_TOP, ROOT, InodeTable
+
+pytestmark = pytest.mark.skipif(not fuseshim.loaded(), reason="the fuse shim library is not built")
+
+CTX = pyfuse3.RequestContext()
+
+
+def test_layout_header_is_current() -> None:
+    assert tablelayout.HEADER.read_text() == tablelayout.header(), \
+        "run `python -m packfs.fuse.tablelayout` and rebuild the fuse shim"
+
+
+def test_named_attributes_are_what_c_reads() -> None:
+    t = InodeTable()
+    for name in tablelayout.COLUMNS.values():
+        assert isinstance(memoryview(getattr(t, name)), memoryview)
+    for name in tablelayout.DICTS.values():
+        assert type(getattr(t, name)) is dict
+    assert type(t.kinds) is list and type(t.names.data) is bytearray and type(t.names.grain) is int
+    for times in (t.atimes, t.ctimes):
+        memoryview(times.column), memoryview(times.far)
+    packed = PackedEntries([(b"a", 2)])
+    assert type(packed.names) is bytearray and packed.inos.typecode == "I" and type(packed.width) is int
+    for obj, names in ((InodeTable, [*tablelayout.COLUMNS.values(), "kinds", "names", "atimes", "ctimes"]),
+                       (PackedEntries, ["names", "inos", "width"])):
+        for name in names:  # a property would run Python code where C reads it
+            assert not isinstance(getattr(obj, name, None), property), name
+
+
+def _python(a: pyfuse3.EntryAttributes, entry: bool) -> tuple[int, ...]:
+    return (a.st_ino, a.st_mode, a.st_nlink, a.st_uid, a.st_gid, a.st_rdev, a.st_size, a.st_blksize, a.st_blocks,
+            a.st_atime_ns, a.st_mtime_ns, a.st_ctime_ns, round(a.entry_timeout * 1000) if entry else 0,
+            round(a.attr_timeout * 1000))
+
+
+async def _write(fs: Filesystem, ino: int, offset: int, data: bytes, flush: bool = True) -> None:
+    """Write and commit; or (not flush) write and keep the file open, its run unflushed."""
+    fh = fs.open(ino)
+    await fs.write(fh, offset, data)
+    if flush:
+        await fs.fsync(fh=fh)
+        await fs.release(fh)
+
+
+async def _tree(fs: Filesystem) -> None:
+    """Every kind of inode and listing form under ROOT."""
+    mk = fs.create
+    d = mk(ROOT, b"dir", 0o40755, 0, 0).ino
+    mk(ROOT, b"empty", 0o40700, 1000, 1000)
+    one = mk(d, b"0123456789abcdef0123456789abcdef", 0o40755, 0, 0).ino  # a hash directory's one name
+    data = mk(one, b"1700000000.12345.data", 0o100644, 0, 0).ino
+    await _write(fs, data, 0, b"x" * 4096)
+    fs.setxattr(data, b"user.swift.metadata", b"m" * 300)
+    mk(d, b"1700000000.00001.meta", 0o100600, 5, 6)  # another name beside it: a small listing
+    mk(d, b"plain", 0o100644, 0, 0)  # empty
+    suffix = mk(ROOT, b"abc", 0o40755, 0, 0).ino
+    mk(suffix, b"00ff" * 8, 0o40755, 0, 0)  # one hex name, kept as its bytes
+    mk(mk(ROOT, b"lone", 0o40755, 0, 0).ino, b"only", 0o100644, 0, 0)  # one name, kept as it is
+    holes = mk(ROOT, b"holes", 0o100644, 0, 0).ino
+    await _write(fs, holes, 1 << 20, b"y" * 5000)  # a map with a hole: extents
+    huge = mk(ROOT, b"huge", 0o100644, 0, 0).ino
+    await fs.setattr(huge, Setattr(size=5 << 30))  # past the size column's top
+    await fs.setattr(huge, Setattr(atime=10**9, mtime=2 * 10**18))  # times far apart
+    unflushed = mk(ROOT, b"unflushed", 0o100644, 0, 0).ino
+    await _write(fs, unflushed, 0, b"z" * 100, flush=False)
+    assert fs.ns.table.wbuf[unflushed].size
+    fs.link(data, ROOT, b"hardlink")
+    mk(ROOT, b"symlink", 0o120777, 0, 0, target=b"dir/plain")
+    mk(ROOT, b"fifo", 0o10644, 0, 0)
+    mk(ROOT, b"socket", 0o140644, 0, 0)
+    mk(ROOT, b"chr", 0o20644, 0, 0, rdev=0x0103)
+    packed = mk(ROOT, b"packed", 0o40755, 0, 0).ino  # PackedEntries (a Swift partition directory's suffixes)
+    for i in range(200):
+        mk(packed, b"%03x" % i, 0o40755, 0, 0)
+    varied = mk(ROOT, b"varied", 0o40755, 0, 0).ino  # PackedEntries of names of several lengths
+    for i in range(80):
+        mk(varied, b"n" * (1 + i % 7) + b"%d" % i, 0o100644, 0, 0)
+    big = mk(ROOT, b"big", 0o40755, 0, 0).ino  # past PACKED_MAX: a dict
+    for i in range(700):
+        mk(big, b"name-%026d" % i, 0o100644, 0, 0)
+    assert type(fs.ns.table.dirs[packed]) is PackedEntries and type(fs.ns.table.dirs[big]) is dict
+    assert fs.ns.table.links[fs.ns.table.kind[packed]] == NLINK_TOP  # 202 links: wide_nlink
+
+
+def _names(fs: Filesystem) -> list[tuple[int, bytes]]:
+    """(directory, name) of every entry, and a missing name in each directory."""
+    out = []
+    for ino in list(fs.ns.table.inos()):
+        if fs.ns.table.mode_of(ino) & 0o170000 == stat.S_IFDIR:
+            out += [(ino, name) for name, _ in fs.ns.table.children(ino)] + [(ino, b"missing"), (ino, b"fff")]
+    return out
+
+
+def test_c_answers_as_python(tmp_path: Path) -> None:
+    async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
+        ops = Operations(fs)
+        await _tree(fs)
+        t = fs.ns.table
+        fuseshim.serve_metadata(t, 120.0, 60.0, getattr_too=True)
+        ops._entry_timeout, ops._attr_timeout = 120.0, 60.0
+        try:
+            answered: set[str] = set()
+            for parent, name in _names(fs):
+                child = t.child(parent, name)
+                before = t.lookups[child] if child else 0
+                got, c = fuseshim.meta_lookup(parent, name)
+                if got:
+                    after_c = t.lookups[child] if child else 0
+                    python = _python(await ops.lookup(parent, name, CTX), entry=True)
+                    assert c == python, (parent, name)
+                    assert got == (1 if child else 2)
+                    if child:
+                        assert after_c == before + 1 and t.lookups[child] == before + 2, "a reference each"
+                        answered.add(name.decode())
+                    else:
+                        answered.add("miss")
+                elif child:
+                    assert t.lookups[child] == before, "no reference taken where Python serves it"
+            for ino in t.inos():
+                c = fuseshim.meta_getattr(ino)
+                if c is not None:
+                    assert c == _python(await ops.getattr(ino, CTX), entry=False), ino
+            served = {name for name in ["dir", "empty", "0123456789abcdef0123456789abcdef", "1700000000.12345.data",
+                                        "1700000000.00001.meta", "plain", "holes", "huge", "hardlink", "symlink",
+                                        "fifo", "socket", "abc", "00ff" * 8, "only", "packed", "varied", "big", "00a", "n0", "nnnn3", "name-%026d" % 5,
+                                        "miss"]}
+            assert served <= answered, served - answered
+            assert "chr" not in answered and "unflushed" not in answered  # left to Python
+            assert fuseshim.meta_getattr(ROOT + 10**6) is None
+        finally:
+            fuseshim.serve_metadata(None, 0, 0, False)
+
+    with_filesystem(tmp_path, body)
+
+
+def test_nothing_answered_without_a_table(tmp_path: Path) -> None:
+    async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
+        await _tree(fs)
+        fuseshim.serve_metadata(fs.ns.table, 1.0, 1.0, getattr_too=False)
+        try:
+            assert fuseshim.meta_lookup(ROOT, b"dir")[0] == 1
+            assert fuseshim.meta_getattr(ROOT) is None, "GETATTR is Python's while files may be staged"
+        finally:
+            fuseshim.serve_metadata(None, 0, 0, False)
+        assert fuseshim.meta_lookup(ROOT, b"dir") == (0, ())
+
+    with_filesystem(tmp_path, body)
