@@ -30,7 +30,7 @@ COUNTERS = frozenset({
     "device_reads_waited", "prefetches", "commits", "checkpoints", "busy_poll_turns", "busy_poll_caught",
     "busy_poll_expired", "fuse_waits_skipped", "listing_ends_answered_in_shim", "xattrs_answered_in_shim",
     "ioctls_answered_in_shim", "opens_answered_in_shim", "releases_answered_in_shim", "lookups_answered_in_shim",
-    "negative_lookups_answered_in_shim", "getattrs_answered_in_shim", "tmpfiles",
+    "negative_lookups_answered_in_shim", "getattrs_answered_in_shim", "listings_answered_in_shim", "tmpfiles",
     "passthrough_staged", "passthrough_absorbed_bytes", "passthrough_refused", "passthrough_shared",
 })
 # Per-operation tables: the field, the metric's name, what it times.

@@ -170,6 +170,7 @@ struct backing_map {
 #define BACKING_CLOSE _IOW(229, 2, uint32_t)
 
 static void opendir_enosys(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void packfs_shim_note_end(uint64_t ino, int64_t off);
 static void open_in_c(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 
 static void init_noting_support(void *userdata, struct fuse_conn_info *conn)
@@ -283,6 +284,19 @@ static void readdirplus_by_inode(fuse_req_t req, fuse_ino_t ino, size_t size, of
         ends_answered++;
         fuse_reply_buf(req, NULL, 0);
         return;
+    }
+    if (off == 0 && packfs_shim_meta_installed(&ops)) { /* (metacache) the whole listing, from the table */
+        char *buf = malloc(size);
+        off_t end = 0;
+        ssize_t used = buf ? packfs_shim_meta_listing(req, ino, size, buf, &end) : -1;
+        if (used >= 0) {
+            if (end)
+                packfs_shim_note_end(ino, end);
+            fuse_reply_buf(req, buf, used);
+        }
+        free(buf);
+        if (used >= 0)
+            return;
     }
     fi->fh = ino;
     next_readdirplus(req, ino, size, off, fi);

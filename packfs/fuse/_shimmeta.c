@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <linux/fuse.h>
 #include "_shimmeta.h"
 #include "_tablelayout.h"
 
@@ -474,6 +476,216 @@ int packfs_shim_meta_entry(uint64_t parent, const char *name, size_t len, struct
     return 1;
 }
 
+/* Whole listings (READDIRPLUS from offset 0) ------------------------------------------- */
+
+static int atime_rule; /* what a listing does to its directory's atime (Filesystem.accessed) */
+
+/* The name a `stored_name` string keeps (dirents.name_of), NUL-terminated in out[256]. */
+static int name_of(const unsigned char *s, size_t n, char *out)
+{
+    static const char *hex = "0123456789abcdef";
+    static const char *exts[] = TL_STAMP_EXTS;
+    if (n >= 1 && s[0] == TL_HEX_MARK) {
+        if (2 * (n - 1) > 255)
+            return 0;
+        for (size_t i = 1; i < n; i++) {
+            out[2 * i - 2] = hex[s[i] >> 4];
+            out[2 * i - 1] = hex[s[i] & 15];
+        }
+        out[2 * (n - 1)] = 0;
+        return 1;
+    }
+    if (n == 2 + TL_STAMP_BYTES && s[0] == TL_STAMP_MARK && s[n - 1] < TL_STAMP_EXT_COUNT) {
+        uint64_t stamp = 0;
+        char digits[24];
+        for (size_t i = 1; i <= TL_STAMP_BYTES; i++)
+            stamp = stamp << 8 | s[i];
+        snprintf(digits, sizeof digits, "%015llu", (unsigned long long)stamp);
+        return snprintf(out, 256, "%.10s.%s%s", digits, digits + 10, exts[s[n - 1]]) < 256;
+    }
+    if (n > 255 || memchr(s, 0, n))
+        return 0;
+    memcpy(out, s, n);
+    out[n] = 0;
+    return 1;
+}
+
+typedef int (*child_fn)(void *ctx, const char *name, uint64_t ino); /* 0: go on; else stop with it */
+
+/* Calls fn for each of "/a/b/c/"'s names from `from`, with inos[i] (a buffer) or the
+ * little-endian u32s at `les`. */
+static int each_packed(const unsigned char *buf, Py_ssize_t n, Py_ssize_t from, const column_t *inos,
+                       const unsigned char *les, child_fn fn, void *ctx)
+{
+    char name[256];
+    uint64_t i = 0;
+    for (Py_ssize_t at = from + 1; at < n; i++) {
+        const unsigned char *end = memchr(buf + at, TL_SEP, n - at);
+        int64_t ino;
+        uint32_t le;
+        if (end == NULL || end - (buf + at) > 255)
+            return -1;
+        size_t len = end - (buf + at);
+        memcpy(name, buf + at, len);
+        name[len] = 0;
+        if (inos != NULL) {
+            if (!value_at(inos, i, &ino))
+                return -1;
+        } else {
+            memcpy(&le, les + 4 * i, sizeof le);
+            ino = le;
+        }
+        int r = fn(ctx, name, ino);
+        if (r)
+            return r;
+        at += len + 1;
+    }
+    return 0;
+}
+
+/* Calls fn for each entry of directory d, in the order InodeTable.children gives them;
+ * -1 if C cannot tell them, else what the last fn returned (0: all of them). */
+static int each_child(uint64_t d, child_fn fn, void *ctx)
+{
+    PyObject *big;
+    int r = entry_of(TL_DIRS_ATTR, d, &big);
+    if (r < 0)
+        return -1;
+    if (r > 0 && PyDict_Check(big)) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(big, &pos, &k, &v)) {
+            int ok = PyBytes_Check(k) && PyLong_Check(v) && PyBytes_GET_SIZE(k) <= 255 &&
+                     strlen(PyBytes_AS_STRING(k)) == (size_t)PyBytes_GET_SIZE(k);
+            int64_t ino = ok ? as_int(v, &ok) : 0;
+            if (!ok)
+                return -1;
+            if ((r = fn(ctx, PyBytes_AS_STRING(k), ino)))
+                return r;
+        }
+        return 0;
+    }
+    if (r > 0) {
+        column_t names = {0}, inos = {0};
+        r = -1;
+        if (take(big, TL_PACKED_NAMES_ATTR, &names, 0) && take(big, TL_PACKED_INOS_ATTR, &inos, 0))
+            r = inos.v.len == 0 ? 0 : each_packed(names.v.buf, names.v.len, 0, &inos, NULL, fn, ctx);
+        give_back(&names);
+        give_back(&inos);
+        return r;
+    }
+    column_t kid = {0}, kname = {0}, arena = {0};
+    int64_t k, ref;
+    int ok = take(table, TL_KID_ATTR, &kid, 0) && value_at(&kid, d, &k);
+    give_back(&kid);
+    if (!ok)
+        return -1;
+    if (k == 0)
+        return 0;
+    PyObject *names = attr(table, TL_NAMES_ATTR), *g = names ? attr(names, TL_ARENA_GRAIN_ATTR) : NULL;
+    ok = g != NULL && PyLong_Check(g);
+    int64_t grain = ok ? as_int(g, &ok) : 0;
+    const unsigned char *s;
+    size_t n;
+    char name[256];
+    r = -1;
+    if (ok && take(table, TL_KNAME_ATTR, &kname, 0) && value_at(&kname, d, &ref) &&
+        take(names, TL_ARENA_DATA_ATTR, &arena, 0) && arena_string(&arena, grain, ref, &s, &n)) {
+        if (k != (int64_t)TL_SMALL)
+            r = name_of(s, n, name) ? fn(ctx, name, k) : -1;
+        else if (n >= 1 && n >= 1 + 4 * (size_t)s[0])
+            r = each_packed(s, n, 1 + 4 * s[0], NULL, s + 1, fn, ctx);
+    }
+    give_back(&kname);
+    give_back(&arena);
+    Py_XDECREF(g);
+    Py_XDECREF(names);
+    return r;
+}
+
+struct listing {
+    fuse_req_t req;
+    char *buf;
+    size_t size, used;
+    uint64_t *inos;
+    size_t count, room;
+};
+
+/* One entry into the reply (Operations.readdir: its attributes, the offset to resume
+ * after it); 1 if it does not fit or C cannot answer it. */
+static int add_entry(void *ctx, const char *name, uint64_t ino)
+{
+    struct listing *l = ctx;
+    struct fuse_entry_param e;
+    memset(&e, 0, sizeof e);
+    if (l->count == l->room || !packfs_shim_meta_attr(ino, &e.attr))
+        return 1;
+    e.ino = ino;
+    e.entry_timeout = entry_timeout;
+    e.attr_timeout = attr_timeout;
+    l->inos[l->count++] = ino;
+    /* a listing C answered whole is snapshot 0, which Listings never numbers: a reader
+     * that comes back within it resumes at the same index of a fresh listing */
+    size_t n = fuse_add_direntry_plus(l->req, l->buf + l->used, l->size - l->used, name, &e, l->count);
+    if (n > l->size - l->used)
+        return 1;
+    l->used += n;
+    return 0;
+}
+
+/* Whether a listing of d leaves its atime as it is (Filesystem.accessed): else Python lists it. */
+static int atime_stays(uint64_t d)
+{
+    if (atime_rule == TL_ATIME_NEVER)
+        return 1;
+    if (atime_rule != TL_ATIME_RELATIVE)
+        return 0;
+    column_t col = {0};
+    int64_t mtime, atime, ctime;
+    int ok = take(table, TL_MTIME_ATTR, &col, 0) && value_at(&col, d, &mtime);
+    give_back(&col);
+    if (!ok || !time_of(TL_ATIMES_ATTR, d, mtime, -1, &atime) || !time_of(TL_CTIMES_ATTR, d, mtime, 1, &ctime))
+        return 0;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    return atime > mtime && atime > ctime && ns - atime < (int64_t)TL_RELATIME_NS;
+}
+
+/* Every entry of a listing of `d` from offset 0 answered at once in a reply of at most
+ * `size` bytes, as Operations.readdir would: the reply's length if so (the caller notes
+ * the listing's end at `*end` unless it is 0: an empty directory), -1 if it is Python's (it does not fit, an entry C cannot answer, an atime to
+ * set). Each entry given takes the kernel's reference. */
+ssize_t packfs_shim_meta_listing(fuse_req_t req, uint64_t d, size_t size, char *buf, off_t *end)
+{
+    if (table == NULL)
+        return -1;
+    column_t col = {0};
+    int64_t k, kind[4];
+    int ok = take(table, TL_KIND_ATTR, &col, 0) && value_at(&col, d, &k) && k != 0;
+    give_back(&col);
+    if (!ok || !kind_of(k, kind) || (kind[0] & S_IFMT) != S_IFDIR || !atime_stays(d))
+        return -1;
+    uint64_t inos[size / sizeof(struct fuse_direntplus) + 1];
+    struct listing l = {req, buf, size, 0, inos, 0, sizeof inos / sizeof inos[0]};
+    if (each_child(d, add_entry, &l) != 0)
+        return -1;
+    column_t refs = {0};
+    ok = take(table, TL_LOOKUPS_ATTR, &refs, 0) && !signed_format(&refs) && refs.v.itemsize <= 4;
+    for (size_t i = 0; ok && i < l.count; i++) { /* (a name twice in a listing: hard links) */
+        int64_t v;
+        ok = value_at(&refs, inos[i], &v) && (uint64_t)v + l.count < (1ULL << (8 * refs.v.itemsize)) - 1;
+    }
+    give_back(&refs);
+    if (!ok)
+        return -1;
+    for (size_t i = 0; i < l.count; i++)
+        add_reference(inos[i]);
+    *end = l.count;
+    answered[META_LISTING]++;
+    return l.used;
+}
+
 static void (*next_lookup)(fuse_req_t, fuse_ino_t, const char *);
 static void (*next_getattr)(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
 
@@ -515,8 +727,9 @@ int packfs_shim_meta_installed(const struct fuse_lowlevel_ops *ops)
     return ops->lookup == lookup_in_c;
 }
 
-void packfs_shim_meta_serve(PyObject *inode_table, double entry_secs, double attr_secs, int getattr_too)
+void packfs_shim_meta_serve(PyObject *inode_table, double entry_secs, double attr_secs, int getattr_too, int atime)
 {
+    atime_rule = atime;
     PyObject *old = table;
     table = inode_table != NULL && inode_table != Py_None ? inode_table : NULL;
     Py_XINCREF(table);

@@ -169,7 +169,7 @@ class Daemon:
             ops.note_listing_end = fuseshim.note_end
         if fuseshim.answers_metadata():  # (a staged file's GETATTR must reach ops, which absorbs it)
             fuseshim.serve_metadata(fs.ns.table, self.opts.entry_timeout, self.opts.attr_timeout,
-                                    getattr_too=not self.opts.passthrough)
+                                    getattr_too=not self.opts.passthrough, atime=self.opts.atime)
         ops.fallocate_token = fuseshim.fallocate_token()
         if self.opts.passthrough:
             ops.staging = Staging(fs, fs.disk, self.packdir, self.opts.disk_chunk_size, fuseshim)

@@ -90,6 +90,8 @@ import ctypes
 import importlib.util
 import os
 
+from .tablelayout import ATIME_RULES
+
 
 def _load() -> ctypes.PyDLL | None:
     spec = importlib.util.find_spec("packfs.fuse._fuseshim")
@@ -123,7 +125,11 @@ if _lib is not None:
     _lib.packfs_shim_unstage.argtypes = [ctypes.c_uint64]
     _lib.packfs_shim_unstage.restype = None
     _lib.packfs_shim_staged_id.argtypes = [ctypes.c_uint64]
-    _lib.packfs_shim_meta_serve.argtypes = [ctypes.py_object, ctypes.c_double, ctypes.c_double, ctypes.c_int]
+    _lib.packfs_shim_meta_serve.argtypes = [ctypes.py_object, ctypes.c_double, ctypes.c_double, ctypes.c_int,
+                                            ctypes.c_int]
+    _lib.packfs_shim_meta_listing.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_char_p,
+                                              ctypes.POINTER(ctypes.c_int64)]
+    _lib.packfs_shim_meta_listing.restype = ctypes.c_ssize_t
     _lib.packfs_shim_meta_serve.restype = None
     _lib.packfs_shim_meta_answered.argtypes = [ctypes.c_int]
     _lib.packfs_shim_meta_answered.restype = ctypes.c_ulonglong
@@ -316,7 +322,7 @@ def ends_answered() -> int:
 
 
 # What metacache answers, by the name `packfs stats` counts it under (_shimmeta.h's enum).
-META_OPS = ("lookup", "negative_lookup", "getattr")
+META_OPS = ("lookup", "negative_lookup", "getattr", "listing")
 _META_FLAT = 14  # values in a flat answer (_shimmeta.h: META_FLAT)
 MetaAnswer = tuple[int, ...]  # ino, mode, nlink, uid, gid, rdev, size, blksize, blocks, atime, mtime, ctime (ns),
 # entry and attr timeouts (ms)
@@ -327,11 +333,13 @@ def answers_metadata() -> bool:
     return _lib is not None and bool(_lib.packfs_shim_answers_metadata())
 
 
-def serve_metadata(table: object | None, entry_timeout: float, attr_timeout: float, getattr_too: bool) -> None:
-    """Answer LOOKUP (and GETATTR, with getattr_too) from this InodeTable (None: stop), with
-    these kernel cache timeouts, as Operations would: see _shimmeta.c."""
+def serve_metadata(table: object | None, entry_timeout: float, attr_timeout: float, getattr_too: bool,
+                   atime: str) -> None:
+    """Answer LOOKUP, whole listings (with dircache) and, with getattr_too, GETATTR from
+    this InodeTable (None: stop), with these kernel cache timeouts and atime rule
+    (Options.atime), as Operations would: see _shimmeta.c."""
     if _lib is not None:
-        _lib.packfs_shim_meta_serve(table, entry_timeout, attr_timeout, int(getattr_too))
+        _lib.packfs_shim_meta_serve(table, entry_timeout, attr_timeout, int(getattr_too), ATIME_RULES[atime])
 
 
 def metadata_answered() -> dict[str, int]:
@@ -347,6 +355,15 @@ def meta_lookup(parent: int, name: bytes) -> tuple[int, MetaAnswer]:
     out = (ctypes.c_int64 * _META_FLAT)()
     r = _lib.packfs_shim_meta_lookup_flat(parent, name, len(name), out)  # type: ignore[union-attr]
     return r, tuple(out) if r else ()
+
+
+def meta_listing(directory: int, size: int) -> tuple[bytes, int] | None:
+    """The reply the library gives a READDIRPLUS of `directory` from offset 0 in `size`
+    bytes, and the offset it notes as the listing's end (0: none); each entry takes a
+    reference, as then. None if it leaves it to Python."""
+    buf, end = ctypes.create_string_buffer(size), ctypes.c_int64()
+    used = _lib.packfs_shim_meta_listing(None, directory, size, buf, ctypes.byref(end))  # type: ignore[union-attr]
+    return (buf.raw[:used], end.value) if used >= 0 else None
 
 
 def meta_getattr(ino: int) -> MetaAnswer | None:

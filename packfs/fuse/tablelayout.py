@@ -18,6 +18,7 @@ import struct
 import sys
 from pathlib import Path
 
+from ..core.filesystem import RELATIME_NS
 from ..namespace import dirents, inodes, offsettimes
 from ..store import extents
 
@@ -25,6 +26,9 @@ BLKSIZE = 65536  # st_blksize of every inode (Operations.attrs)
 # pyfuse3's EntryAttributes defaults, which a negative entry (Operations.lookup) keeps
 ENTRY_DEFAULTS = {"TL_ENTRY_DEFAULT_ATTR_TIMEOUT": 300, "TL_ENTRY_DEFAULT_MODE": stat.S_IFREG,
                   "TL_ENTRY_DEFAULT_BLKSIZE": 4096, "TL_ENTRY_DEFAULT_NLINK": 1}
+
+# What a listing does to its directory's atime (Options.atime, Filesystem.accessed), by number
+ATIME_RULES = {"noatime": 0, "relatime": 1, "strictatime": 2}
 
 CONSTANTS: dict[str, int] = {
     "TL_SMALL": inodes.SMALL,
@@ -39,6 +43,9 @@ CONSTANTS: dict[str, int] = {
     "TL_EXTENT_LEN_AT": struct.calcsize(extents.PACKED.format[:2]),
     "TL_BLKSIZE": BLKSIZE,
     **ENTRY_DEFAULTS,
+    "TL_ATIME_NEVER": ATIME_RULES["noatime"],
+    "TL_ATIME_RELATIVE": ATIME_RULES["relatime"],
+    "TL_RELATIME_NS": RELATIME_NS,
 }
 STAMP_EXTS = dirents._STAMP_EXTS
 

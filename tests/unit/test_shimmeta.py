@@ -4,6 +4,8 @@ xattrs; and the layout header C is built with against the namespace's constants.
 from __future__ import annotations
 
 import stat
+import struct
+import time
 from pathlib import Path
 
 import pyfuse3
@@ -113,7 +115,7 @@ def test_c_answers_as_python(tmp_path: Path) -> None:
         ops = Operations(fs)
         await _tree(fs)
         t = fs.ns.table
-        fuseshim.serve_metadata(t, 120.0, 60.0, getattr_too=True)
+        fuseshim.serve_metadata(t, 120.0, 60.0, getattr_too=True, atime="noatime")
         ops._entry_timeout, ops._attr_timeout = 120.0, 60.0
         try:
             answered: set[str] = set()
@@ -145,7 +147,7 @@ def test_c_answers_as_python(tmp_path: Path) -> None:
             assert "chr" not in answered and "unflushed" not in answered  # left to Python
             assert fuseshim.meta_getattr(ROOT + 10**6) is None
         finally:
-            fuseshim.serve_metadata(None, 0, 0, False)
+            fuseshim.serve_metadata(None, 0, 0, False, "noatime")
 
     with_filesystem(tmp_path, body)
 
@@ -153,12 +155,84 @@ def test_c_answers_as_python(tmp_path: Path) -> None:
 def test_nothing_answered_without_a_table(tmp_path: Path) -> None:
     async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
         await _tree(fs)
-        fuseshim.serve_metadata(fs.ns.table, 1.0, 1.0, getattr_too=False)
+        fuseshim.serve_metadata(fs.ns.table, 1.0, 1.0, getattr_too=False, atime="noatime")
         try:
             assert fuseshim.meta_lookup(ROOT, b"dir")[0] == 1
             assert fuseshim.meta_getattr(ROOT) is None, "GETATTR is Python's while files may be staged"
         finally:
-            fuseshim.serve_metadata(None, 0, 0, False)
+            fuseshim.serve_metadata(None, 0, 0, False, "noatime")
         assert fuseshim.meta_lookup(ROOT, b"dir") == (0, ())
+
+    with_filesystem(tmp_path, body)
+
+
+# A READDIRPLUS reply's entry (linux/fuse.h): fuse_entry_out, then fuse_dirent and the name.
+_DIRENTPLUS = struct.Struct("<QQQQII QQQQQQIIIIIIIIII QQII")
+
+
+def _entries(reply: bytes) -> list[tuple[bytes, int, int, tuple[int, ...]]]:
+    """(name, offset, entry timeout ms, attributes as fuseshim.MetaAnswer's first 12) of each entry."""
+    out, at = [], 0
+    while at < len(reply):
+        (nodeid, _, entry_valid, attr_valid, entry_ns, attr_ns, ino, size, blocks, atime, mtime, ctime, atime_ns,
+         mtime_ns, ctime_ns, mode, nlink, uid, gid, rdev, blksize, _, d_ino, off, namelen, _) = \
+            _DIRENTPLUS.unpack_from(reply, at)
+        name = reply[at + _DIRENTPLUS.size:at + _DIRENTPLUS.size + namelen]
+        assert nodeid == ino == d_ino
+        attrs = (ino, mode, nlink, uid, gid, rdev, size, blksize, blocks, atime * 10**9 + atime_ns,
+                 mtime * 10**9 + mtime_ns, ctime * 10**9 + ctime_ns)
+        out.append((name, off, entry_valid * 1000 + entry_ns // 10**6, attrs))
+        at += (_DIRENTPLUS.size + namelen + 7) // 8 * 8
+    return out
+
+
+def test_whole_listings_as_python(tmp_path: Path) -> None:
+    async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
+        await _tree(fs)
+        t = fs.ns.table
+        fuseshim.serve_metadata(t, 120.0, 60.0, getattr_too=True, atime="noatime")
+        try:
+            whole = set()
+            for d in [ino for ino in t.inos() if t.mode_of(ino) & 0o170000 == stat.S_IFDIR]:
+                children = fs.ns.listdir(d)
+                before = {ino: t.lookups[ino] for _, ino in children}
+                got = fuseshim.meta_listing(d, 4096)
+                if got is None:  # too big for one reply, or an entry C leaves to Python
+                    assert {ino: t.lookups[ino] for _, ino in children} == before, "no reference taken"
+                    continue
+                reply, end = got
+                entries = _entries(reply)
+                assert [(n, o) for n, o, _, _ in entries] == [(n, i + 1) for i, (n, _) in enumerate(children)]
+                assert end == len(children)
+                for (name, _, entry_ms, attrs), (_, ino) in zip(entries, children):
+                    assert entry_ms == 120000 and attrs == fuseshim.meta_getattr(ino)[:12], name
+                    assert t.lookups[ino] == before[ino] + [i for _, i in children].count(ino)
+                whole.add(d)
+            names = {fs.ns.lookup(ROOT, n).ino for n in (b"dir", b"empty", b"abc", b"lone")}
+            assert names <= whole, "small listings are answered whole"
+            assert fs.ns.lookup(ROOT, b"big").ino not in whole and ROOT not in whole  # (ROOT holds a device)
+        finally:
+            fuseshim.serve_metadata(None, 0, 0, False, "noatime")
+
+    with_filesystem(tmp_path, body)
+
+
+def test_a_listing_that_sets_atime_is_left_to_python(tmp_path: Path) -> None:
+    async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
+        await _tree(fs)
+        d = fs.ns.lookup(ROOT, b"lone")
+        now = time.time_ns()
+        day = 24 * 3600 * 10**9
+        s = 10**9
+        for rule, atime, mtime, python in (("strictatime", now, now - 2 * s, True),
+                                           ("relatime", now - 3 * s, now - 2 * s, True),  # older than mtime
+                                           ("relatime", now - day - s, now - 3 * day, True),  # a day old
+                                           ("relatime", now - s, now - 2 * s, False), ("noatime", 0, now, False)):
+            d.set_times(atime, mtime, mtime)
+            fuseshim.serve_metadata(fs.ns.table, 1.0, 1.0, getattr_too=True, atime=rule)
+            try:
+                assert (fuseshim.meta_listing(d.ino, 4096) is None) == python, (rule, atime)
+            finally:
+                fuseshim.serve_metadata(None, 0, 0, False, "noatime")
 
     with_filesystem(tmp_path, body)
