@@ -270,30 +270,40 @@ int packfs_shim_meta_attr(uint64_t ino, struct stat *st)
 
 /* Directory entries (dirents.py's forms) ------------------------------------------------ */
 
-/* The name a `stored_name` string keeps equals name[0:len]? */
-static int stored_equals(const unsigned char *s, size_t n, const char *name, size_t len)
+/* The name a `stored_name` string keeps (dirents.name_of), NUL-terminated in out[256]. */
+static int name_of(const unsigned char *s, size_t n, char *out)
 {
     static const char *hex = "0123456789abcdef";
     static const char *exts[] = TL_STAMP_EXTS;
     if (n >= 1 && s[0] == TL_HEX_MARK) {
-        if (len != 2 * (n - 1))
+        if (2 * (n - 1) > 255)
             return 0;
-        for (size_t i = 1; i < n; i++)
-            if (name[2 * i - 2] != hex[s[i] >> 4] || name[2 * i - 1] != hex[s[i] & 15])
-                return 0;
+        for (size_t i = 1; i < n; i++) {
+            out[2 * i - 2] = hex[s[i] >> 4];
+            out[2 * i - 1] = hex[s[i] & 15];
+        }
+        out[2 * (n - 1)] = 0;
         return 1;
     }
     if (n == 2 + TL_STAMP_BYTES && s[0] == TL_STAMP_MARK && s[n - 1] < TL_STAMP_EXT_COUNT) {
         uint64_t stamp = 0;
+        char digits[24];
         for (size_t i = 1; i <= TL_STAMP_BYTES; i++)
             stamp = stamp << 8 | s[i];
-        char made[32];
-        char digits[16];
         snprintf(digits, sizeof digits, "%015llu", (unsigned long long)stamp);
-        int m = snprintf(made, sizeof made, "%.10s.%s%s", digits, digits + 10, exts[s[n - 1]]);
-        return m > 0 && (size_t)m == len && memcmp(made, name, len) == 0;
+        return snprintf(out, 256, "%.10s.%s%s", digits, digits + 10, exts[s[n - 1]]) < 256;
     }
-    return n == len && memcmp(s, name, len) == 0;
+    if (n > 255 || memchr(s, 0, n))
+        return 0;
+    memcpy(out, s, n);
+    out[n] = 0;
+    return 1;
+}
+
+static int stored_equals(const unsigned char *s, size_t n, const char *name, size_t len)
+{
+    char made[256];
+    return name_of(s, n, made) && strlen(made) == len && memcmp(made, name, len) == 0;
 }
 
 /* Where SEP name SEP is in buf[from:n], or -1. */
@@ -372,22 +382,40 @@ static int arena_string(column_t *arena, int64_t grain, int64_t ref, const unsig
     return 0;
 }
 
-/* The entries kept in the directory's own slot: one name, or a few (dirents.pack_small). */
-static int slot_child(uint64_t d, int64_t kid, const char *name, size_t len, uint64_t *child)
+/* The string a directory keeps in its own slot (`kname`, a reference into the names
+ * arena): its bytes, valid while `arena` is held. */
+static int slot_string(uint64_t d, column_t *arena, const unsigned char **s, size_t *n)
 {
-    column_t kname = {0}, arena = {0};
+    column_t kname = {0};
     PyObject *names = attr(table, TL_NAMES_ATTR), *g = names ? attr(names, TL_ARENA_GRAIN_ATTR) : NULL;
     int ok = g != NULL && PyLong_Check(g);
     int64_t grain = ok ? as_int(g, &ok) : 0, ref;
+    ok = ok && take(table, TL_KNAME_ATTR, &kname, 0) && value_at(&kname, d, &ref) &&
+         take(names, TL_ARENA_DATA_ATTR, arena, 0) && arena_string(arena, grain, ref, s, n);
+    give_back(&kname);
+    Py_XDECREF(g);
+    Py_XDECREF(names);
+    return ok;
+}
+
+/* Whether a dirents.pack_small string is whole: its count, its inode numbers, its names. */
+static int small_whole(const unsigned char *s, size_t n)
+{
+    return n >= 2 && n >= 2 + 4 * (size_t)s[0] && s[1 + 4 * s[0]] == TL_SEP && s[n - 1] == TL_SEP;
+}
+
+/* The entries kept in the directory's own slot: one name, or a few (dirents.pack_small). */
+static int slot_child(uint64_t d, int64_t kid, const char *name, size_t len, uint64_t *child)
+{
+    column_t arena = {0};
     const unsigned char *s;
     size_t n;
     int r = -1;
-    if (ok && take(table, TL_KNAME_ATTR, &kname, 0) && value_at(&kname, d, &ref) &&
-        take(names, TL_ARENA_DATA_ATTR, &arena, 0) && arena_string(&arena, grain, ref, &s, &n)) {
+    if (slot_string(d, &arena, &s, &n)) {
         if (kid != (int64_t)TL_SMALL) {
             r = stored_equals(s, n, name, len);
             *child = kid;
-        } else if (n >= 1 && n >= 1 + 4 * (size_t)s[0]) {
+        } else if (small_whole(s, n)) {
             Py_ssize_t start = 1 + 4 * s[0], pos = find_entry(s, n, start, name, len);
             r = 0;
             if (pos >= 0) {
@@ -399,10 +427,7 @@ static int slot_child(uint64_t d, int64_t kid, const char *name, size_t len, uin
             }
         }
     }
-    give_back(&kname);
     give_back(&arena);
-    Py_XDECREF(g);
-    Py_XDECREF(names);
     return r;
 }
 
@@ -480,42 +505,12 @@ int packfs_shim_meta_entry(uint64_t parent, const char *name, size_t len, struct
 
 static int atime_rule; /* what a listing does to its directory's atime (Filesystem.accessed) */
 
-/* The name a `stored_name` string keeps (dirents.name_of), NUL-terminated in out[256]. */
-static int name_of(const unsigned char *s, size_t n, char *out)
-{
-    static const char *hex = "0123456789abcdef";
-    static const char *exts[] = TL_STAMP_EXTS;
-    if (n >= 1 && s[0] == TL_HEX_MARK) {
-        if (2 * (n - 1) > 255)
-            return 0;
-        for (size_t i = 1; i < n; i++) {
-            out[2 * i - 2] = hex[s[i] >> 4];
-            out[2 * i - 1] = hex[s[i] & 15];
-        }
-        out[2 * (n - 1)] = 0;
-        return 1;
-    }
-    if (n == 2 + TL_STAMP_BYTES && s[0] == TL_STAMP_MARK && s[n - 1] < TL_STAMP_EXT_COUNT) {
-        uint64_t stamp = 0;
-        char digits[24];
-        for (size_t i = 1; i <= TL_STAMP_BYTES; i++)
-            stamp = stamp << 8 | s[i];
-        snprintf(digits, sizeof digits, "%015llu", (unsigned long long)stamp);
-        return snprintf(out, 256, "%.10s.%s%s", digits, digits + 10, exts[s[n - 1]]) < 256;
-    }
-    if (n > 255 || memchr(s, 0, n))
-        return 0;
-    memcpy(out, s, n);
-    out[n] = 0;
-    return 1;
-}
-
 typedef int (*child_fn)(void *ctx, const char *name, uint64_t ino); /* 0: go on; else stop with it */
 
 /* Calls fn for each of "/a/b/c/"'s names from `from`, with inos[i] (a buffer) or the
- * little-endian u32s at `les`. */
+ * `count` little-endian u32s at `les`. */
 static int each_packed(const unsigned char *buf, Py_ssize_t n, Py_ssize_t from, const column_t *inos,
-                       const unsigned char *les, child_fn fn, void *ctx)
+                       const unsigned char *les, uint64_t count, child_fn fn, void *ctx)
 {
     char name[256];
     uint64_t i = 0;
@@ -532,6 +527,8 @@ static int each_packed(const unsigned char *buf, Py_ssize_t n, Py_ssize_t from, 
             if (!value_at(inos, i, &ino))
                 return -1;
         } else {
+            if (i >= count)
+                return -1;
             memcpy(&le, les + 4 * i, sizeof le);
             ino = le;
         }
@@ -569,37 +566,30 @@ static int each_child(uint64_t d, child_fn fn, void *ctx)
         column_t names = {0}, inos = {0};
         r = -1;
         if (take(big, TL_PACKED_NAMES_ATTR, &names, 0) && take(big, TL_PACKED_INOS_ATTR, &inos, 0))
-            r = inos.v.len == 0 ? 0 : each_packed(names.v.buf, names.v.len, 0, &inos, NULL, fn, ctx);
+            r = inos.v.len == 0 ? 0 : each_packed(names.v.buf, names.v.len, 0, &inos, NULL, 0, fn, ctx);
         give_back(&names);
         give_back(&inos);
         return r;
     }
-    column_t kid = {0}, kname = {0}, arena = {0};
-    int64_t k, ref;
+    column_t kid = {0}, arena = {0};
+    int64_t k;
     int ok = take(table, TL_KID_ATTR, &kid, 0) && value_at(&kid, d, &k);
     give_back(&kid);
     if (!ok)
         return -1;
     if (k == 0)
         return 0;
-    PyObject *names = attr(table, TL_NAMES_ATTR), *g = names ? attr(names, TL_ARENA_GRAIN_ATTR) : NULL;
-    ok = g != NULL && PyLong_Check(g);
-    int64_t grain = ok ? as_int(g, &ok) : 0;
     const unsigned char *s;
     size_t n;
     char name[256];
     r = -1;
-    if (ok && take(table, TL_KNAME_ATTR, &kname, 0) && value_at(&kname, d, &ref) &&
-        take(names, TL_ARENA_DATA_ATTR, &arena, 0) && arena_string(&arena, grain, ref, &s, &n)) {
+    if (slot_string(d, &arena, &s, &n)) {
         if (k != (int64_t)TL_SMALL)
             r = name_of(s, n, name) ? fn(ctx, name, k) : -1;
-        else if (n >= 1 && n >= 1 + 4 * (size_t)s[0])
-            r = each_packed(s, n, 1 + 4 * s[0], NULL, s + 1, fn, ctx);
+        else if (small_whole(s, n))
+            r = each_packed(s, n, 1 + 4 * s[0], NULL, s + 1, s[0], fn, ctx);
     }
-    give_back(&kname);
     give_back(&arena);
-    Py_XDECREF(g);
-    Py_XDECREF(names);
     return r;
 }
 
