@@ -3,7 +3,7 @@
  * why and how it is loaded). Two interpositions, each off unless packfs_shim_enable
  * asked for it before the session is made:
  *
- * fuse_session_new (dircache, filecache, xattrcache): pyfuse3 hands libfuse its table
+ * fuse_session_new (dircache, filecache, xattrcache, metacache): pyfuse3 hands libfuse its table
  * of low-level handlers here. This copies the table, changes the entries below and
  * calls libfuse's own fuse_session_new with the copy:
  *
@@ -42,6 +42,10 @@
  *                asks for security.capability before every cached write to a file.
  *                packfs takes them back whenever they change or the inode goes
  *                (packfs_shim_forget_xattrs), before any later request can see them.
+ *   lookup, getattr  (metacache) answered from the inode table itself, in C, when
+ *                packfs handed it over (_shimmeta.c); else pyfuse3's run. With
+ *                dircache, a readdirplus from offset 0 too: the whole listing, its end
+ *                noted as packfs notes it.
  *   init         notes what the kernel supports, then runs pyfuse3's; with filecache
  *                in force it takes FUSE_CAP_ATOMIC_O_TRUNC out of the answer, so that
  *                the kernel sends an O_TRUNC open's truncation as a SETATTR. It always

@@ -37,6 +37,14 @@ packfs takes them back (`forget_xattrs`) whenever an inode's xattrs change or th
 goes, on the event loop's thread, where the library answers too: no request is served
 from a stale copy.
 
+Metadata answered in C (option metacache): with the kernel's caches cold, every name a
+path walks is a LOOKUP and every directory a replicator lists a READDIRPLUS, each a
+round through pyfuse3 to a handler that only reads the inode table. The library answers
+LOOKUP (negative entries too), GETATTR and a READDIRPLUS from offset 0 that fits one
+reply from the table itself (_shimmeta.c reads it with the GIL pyfuse3's loop holds:
+`serve_metadata`), taking the kernel's references as Operations does; anything it cannot
+answer exactly reaches the handlers. What it reads is named in tablelayout.py.
+
 HANDLE_KILLPRIV_V2 (always asked for): the kernel's cached write path (writeback_cache,
 or a handle without direct I/O) asks getxattr("security.capability") before every
 write() unless the filesystem takes set-ID bits and capabilities itself, which libfuse

@@ -6,7 +6,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from mounts import mounted, requests_served, stats
+
+from packfs.fuse import fuseshim
+
+pytestmark = pytest.mark.skipif(not fuseshim.loaded(), reason="the fuse shim library is not built")
 
 
 def _touch_tree(m: Path) -> os.stat_result:
