@@ -51,6 +51,7 @@ def _per(before: tuple[dict, dict], after: tuple[dict, dict], n: int) -> dict:
         delta = {op: a.get(op, 0) - b.get(op, 0) for op in a}
         out[name] = {op: round(d / n, 3) for op, d in sorted(delta.items()) if d}
         out[name + "_total"] = round(sum(delta.values()) / n, 3)
+        out[name + "_requests"] = sum(delta.values())
     return out
 
 

@@ -9,9 +9,9 @@
  * Python stays the only writer of the table, but for the kernel's references: a LOOKUP
  * answered here adds one to the child's `lookups`, as Operations.entry does, so that
  * FORGET's accounting holds. Whatever these cannot answer exactly as Operations would
- * (an inode that is gone, a device, a file with unflushed data or a long extent map, a
- * reference count at its column's top, a name too long, "." and "..") goes to pyfuse3's
- * handler, as does every GETATTR while files may be staged (passthrough).
+ * (an inode that is gone, a device, a file with unflushed data beside its records or a
+ * long extent map, a reference count at its column's top, a name too long, "." and "..")
+ * goes to pyfuse3's handler, as does every GETATTR while files may be staged (passthrough).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -173,18 +173,31 @@ static int time_of(const char *which, uint64_t ino, int64_t mtime, int sign, int
     return ok;
 }
 
-/* The bytes a regular file's records hold (WriteBehind.data_bytes), if it has no unflushed
- * run and its map is one whole record (`rec`), none, or packed. */
+/* The bytes of a file's unflushed run (its `wbuf`'s size; 0: none), or -1 if C cannot tell. */
+static int64_t unflushed(uint64_t ino)
+{
+    PyObject *run;
+    int has = entry_of(TL_WBUF_ATTR, ino, &run);
+    if (has <= 0)
+        return has;
+    PyObject *size = attr(run, TL_RUN_SIZE_ATTR);
+    int ok = size != NULL && PyLong_Check(size);
+    int64_t n = ok ? as_int(size, &ok) : -1;
+    Py_XDECREF(size);
+    return ok ? n : -1;
+}
+
+/* The bytes of a regular file's data its records or its unflushed run hold
+ * (WriteBehind.data_bytes), if its map is one whole record (`rec`), none, or packed; with
+ * an unflushed run, only if it has no map (the run lies over nothing). */
 static int file_bytes(uint64_t ino, int64_t size, int64_t *out)
 {
     PyObject *v;
     column_t rec = {0};
-    int64_t r;
-    if (entry_of(TL_WBUF_ATTR, ino, &v) != 0)
-        return 0;
-    int ok = take(table, TL_KNAME_ATTR, &rec, 0) && value_at(&rec, ino, &r);
+    int64_t r, run = unflushed(ino);
+    int ok = run >= 0 && take(table, TL_KNAME_ATTR, &rec, 0) && value_at(&rec, ino, &r);
     give_back(&rec);
-    if (!ok)
+    if (!ok || (run && r))
         return 0;
     if (r) {
         *out = size; /* one whole record, as long as the file */
@@ -192,9 +205,11 @@ static int file_bytes(uint64_t ino, int64_t size, int64_t *out)
     }
     int has = entry_of(TL_EXTENTS_ATTR, ino, &v);
     if (has == 0) {
-        *out = 0;
+        *out = run;
         return 1;
     }
+    if (run)
+        return 0;
     if (has < 0 || !PyBytes_Check(v) || PyBytes_GET_SIZE(v) % TL_EXTENT_SIZE)
         return 0;
     const char *p = PyBytes_AS_STRING(v);

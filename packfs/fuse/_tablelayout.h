@@ -44,4 +44,5 @@
 #define TL_PACKED_NAMES_ATTR "names"
 #define TL_PACKED_INOS_ATTR "inos"
 #define TL_PACKED_WIDTH_ATTR "width"
+#define TL_RUN_SIZE_ATTR "size"
 #endif

@@ -56,7 +56,7 @@ DICTS = {"TL_DIRS": "dirs", "TL_RDEV": "rdev", "TL_WIDE_NLINK": "wide_nlink", "T
          "TL_WBUF": "wbuf", "TL_EXTENTS": "extents"}
 OTHERS = {"TL_KINDS": "kinds", "TL_NAMES": "names", "TL_ATIMES": "atimes", "TL_CTIMES": "ctimes",
           "TL_ARENA_DATA": "data", "TL_ARENA_GRAIN": "grain", "TL_TIMES_COLUMN": "column", "TL_TIMES_FAR": "far",
-          "TL_PACKED_NAMES": "names", "TL_PACKED_INOS": "inos", "TL_PACKED_WIDTH": "width"}
+          "TL_PACKED_NAMES": "names", "TL_PACKED_INOS": "inos", "TL_PACKED_WIDTH": "width", "TL_RUN_SIZE": "size"}
 
 HEADER = Path(__file__).with_name("_tablelayout.h")
 
