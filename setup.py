@@ -1,6 +1,7 @@
 """Builds packfs's three C parts: _fuseshim.c, what packfs asks of libfuse beyond pyfuse3
-(packfs/fuse/fuseshim.py), _logwriter.c, the volume log's writer thread (packfs/store/logwriter.py), and
-_swiftform.c, Swift's metadata made again from the form xattrblob.py stores it in.
+(packfs/fuse/fuseshim.py; with _shimmeta.c, its LOOKUP and GETATTR answered from the inode table),
+_logwriter.c, the volume log's writer thread (packfs/store/logwriter.py), and _swiftform.c, Swift's
+metadata made again from the form xattrblob.py stores it in.
 
 Everything else about the package is in pyproject.toml."""
 import subprocess
@@ -17,7 +18,9 @@ def _fuse3_include_dirs() -> list[str]:
     return [f[2:] for f in flags if f.startswith("-I")]
 
 
-setup(ext_modules=[Extension("packfs.fuse._fuseshim", ["packfs/fuse/_fuseshim.c"], include_dirs=_fuse3_include_dirs(),
+setup(ext_modules=[Extension("packfs.fuse._fuseshim", ["packfs/fuse/_fuseshim.c", "packfs/fuse/_shimmeta.c"],
+                             depends=["packfs/fuse/_shimmeta.h", "packfs/fuse/_tablelayout.h"],
+                             include_dirs=_fuse3_include_dirs(),
                              libraries=["fuse3", "dl"], extra_compile_args=["-O2", "-Wall", "-Werror"],
                              optional=True),
                    Extension("packfs.store._logwriter", ["packfs/store/_logwriter.c"],

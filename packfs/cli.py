@@ -305,6 +305,11 @@ def format_stats(s: dict) -> str:
          f"files          {s['opens_answered_in_shim']:>12,}   opens and {s['releases_answered_in_shim']:,} releases "
          "answered by the fuse shim (passthrough: the kernel must ask; no handler: not in the table below)"
          if s.get("opens_in_shim") else "files          opened by a FUSE request each"),
+        (f"metadata       {s['lookups_answered_in_shim']:>12,}   lookups, "
+         f"{s['negative_lookups_answered_in_shim']:,} of absent names, {s['getattrs_answered_in_shim']:,} "
+         f"getattrs and {s['listings_answered_in_shim']:,} whole listings answered by the fuse shim from the "
+         "inode table (no handler: not in the table below)"
+         if s.get("metadata_from_shim") else "metadata       every lookup and getattr reaches packfs's handler"),
         (f"xattrs         {s['xattrs_answered_in_shim']:>12,}   getxattrs answered by the fuse shim from the "
          "xattrs packfs last read (no handler: not in the table below)" if s.get("xattrs_from_shim")
          else "xattrs         every getxattr reaches packfs's handler"),

@@ -29,7 +29,8 @@ COUNTERS = frozenset({
     "punched_bytes", "appended_bytes", "device_writes", "device_flushes", "device_flushes_on_loop",
     "device_reads_waited", "prefetches", "commits", "checkpoints", "busy_poll_turns", "busy_poll_caught",
     "busy_poll_expired", "fuse_waits_skipped", "listing_ends_answered_in_shim", "xattrs_answered_in_shim",
-    "ioctls_answered_in_shim", "opens_answered_in_shim", "releases_answered_in_shim", "tmpfiles",
+    "ioctls_answered_in_shim", "opens_answered_in_shim", "releases_answered_in_shim", "lookups_answered_in_shim",
+    "negative_lookups_answered_in_shim", "getattrs_answered_in_shim", "listings_answered_in_shim", "tmpfiles",
     "passthrough_staged", "passthrough_absorbed_bytes", "passthrough_refused", "passthrough_shared",
 })
 # Per-operation tables: the field, the metric's name, what it times.

@@ -8,7 +8,9 @@ import math
 # so OpStats does not count: by request, the `packfs stats` key that counts them.
 ANSWERED_IN_SHIM = (("readdir", "listing_ends_answered_in_shim"), ("getxattr", "xattrs_answered_in_shim"),
                     ("ioctl", "ioctls_answered_in_shim"), ("open", "opens_answered_in_shim"),
-                    ("release", "releases_answered_in_shim"))
+                    ("release", "releases_answered_in_shim"), ("lookup", "lookups_answered_in_shim"),
+                    ("lookup", "negative_lookups_answered_in_shim"), ("getattr", "getattrs_answered_in_shim"),
+                    ("readdir", "listings_answered_in_shim"))
 
 # The answers that say packfs does not do what was asked, by design (POSIX ACLs and other
 # xattr namespaces but user., trusted. and security.; fallocate's collapse, insert and

@@ -33,8 +33,14 @@ def daemon_pid(packdir: Path) -> int | None:
         return None
 
 
+# Options every mount made here gets first, from the environment (PACKFS_TEST_OPTIONS=nometacache
+# runs the fs tests with that part of the fuse shim off); a test's own come after and win.
+TEST_OPTIONS = os.environ.get("PACKFS_TEST_OPTIONS", "")
+
+
 def mount(packdir: Path, mountpoint: Path, options: str = "", check: bool = True) -> subprocess.CompletedProcess:
     args = [*PACKFS, "mount", str(packdir), str(mountpoint)]
+    options = ",".join(o for o in (TEST_OPTIONS, options) if o)
     if options:
         args += ["-o", options]
     return subprocess.run(args, check=check, capture_output=True, text=True, timeout=120)

@@ -3,7 +3,7 @@
  * why and how it is loaded). Two interpositions, each off unless packfs_shim_enable
  * asked for it before the session is made:
  *
- * fuse_session_new (dircache, filecache, xattrcache): pyfuse3 hands libfuse its table
+ * fuse_session_new (dircache, filecache, xattrcache, metacache): pyfuse3 hands libfuse its table
  * of low-level handlers here. This copies the table, changes the entries below and
  * calls libfuse's own fuse_session_new with the copy:
  *
@@ -42,6 +42,10 @@
  *                asks for security.capability before every cached write to a file.
  *                packfs takes them back whenever they change or the inode goes
  *                (packfs_shim_forget_xattrs), before any later request can see them.
+ *   lookup, getattr  (metacache) answered from the inode table itself, in C, when
+ *                packfs handed it over (_shimmeta.c); else pyfuse3's run. With
+ *                dircache, a readdirplus from offset 0 too: the whole listing, its end
+ *                noted as packfs notes it.
  *   init         notes what the kernel supports, then runs pyfuse3's; with filecache
  *                in force it takes FUSE_CAP_ATOMIC_O_TRUNC out of the answer, so that
  *                the kernel sends an O_TRUNC open's truncation as a SETATTR. It always
@@ -113,13 +117,14 @@
 #include <unistd.h>
 #include <fuse_lowlevel.h>
 #include <linux/fuse.h>
+#include "_shimmeta.h"
 
 typedef struct fuse_session *(*session_new_fn)(struct fuse_args *, const struct fuse_lowlevel_ops *,
                                                size_t, void *);
 typedef int (*session_mount_fn)(struct fuse_session *, const char *);
 
 static int want_dircache, want_filecache, want_xattrcache, want_killpriv, want_tmpfile,
-    want_fallocate, want_passthrough; /* packfs_shim_enable */
+    want_fallocate, want_passthrough, want_metacache; /* packfs_shim_enable */
 static int installed;    /* the last session got the rewritten table */
 static int zero_message; /* ... and its kernel supports zero-message opendir */
 static int zero_open;    /* ... and zero-message open, which filecache asked for */
@@ -169,6 +174,7 @@ struct backing_map {
 #define BACKING_CLOSE _IOW(229, 2, uint32_t)
 
 static void opendir_enosys(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void packfs_shim_note_end(uint64_t ino, int64_t off);
 static void open_in_c(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 
 static void init_noting_support(void *userdata, struct fuse_conn_info *conn)
@@ -282,6 +288,19 @@ static void readdirplus_by_inode(fuse_req_t req, fuse_ino_t ino, size_t size, of
         ends_answered++;
         fuse_reply_buf(req, NULL, 0);
         return;
+    }
+    if (off == 0 && packfs_shim_meta_installed(&ops)) { /* (metacache) the whole listing, from the table */
+        char *buf = malloc(size);
+        off_t end = 0;
+        ssize_t used = buf ? packfs_shim_meta_listing(req, ino, size, buf, &end) : -1;
+        if (used >= 0) {
+            if (end)
+                packfs_shim_note_end(ino, end);
+            fuse_reply_buf(req, buf, used);
+        }
+        free(buf);
+        if (used >= 0)
+            return;
     }
     fi->fh = ino;
     next_readdirplus(req, ino, size, off, fi);
@@ -422,7 +441,8 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
     int xattrcache = want_xattrcache && op->getxattr;
     int fallocate = want_fallocate && op->setxattr && op->fallocate == NULL &&
                     getrandom(fallocate_token, TOKEN_SIZE, 0) == TOKEN_SIZE;
-    if (!(dircache || filecache || xattrcache || fallocate) || op_size > sizeof ops || op->init == NULL)
+    int metacache = want_metacache && op->lookup && op->getattr;
+    if (!(dircache || filecache || xattrcache || fallocate || metacache) || op_size > sizeof ops || op->init == NULL)
         return next(args, op, op_size, userdata);
     memcpy(&ops, op, op_size);
     next_init = op->init;
@@ -453,6 +473,8 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
         next_setxattr = op->setxattr;
         ops.fallocate = fallocate_as_setxattr;
     }
+    if (metacache)
+        packfs_shim_meta_install(&ops);
     if (op->ioctl == NULL)
         ops.ioctl = ioctl_unsupported;
     struct fuse_session *se = next(args, &ops, op_size, userdata);
@@ -693,8 +715,9 @@ int fuse_session_mount(struct fuse_session *se, const char *mountpoint)
 }
 
 void packfs_shim_enable(int dircache, int filecache, int xattrcache, int kill_priv, int tmpfile, int fallocate,
-                        int pass_through)
+                        int pass_through, int metacache)
 {
+    want_metacache = metacache;
     want_passthrough = pass_through;
     want_dircache = dircache;
     want_filecache = filecache;
@@ -707,6 +730,11 @@ void packfs_shim_enable(int dircache, int filecache, int xattrcache, int kill_pr
 int packfs_shim_installed(void)
 {
     return installed;
+}
+
+int packfs_shim_answers_metadata(void)
+{
+    return installed && packfs_shim_meta_installed(&ops);
 }
 
 /* packfs's readdir gave the kernel every entry of a listing of `ino`, the last with

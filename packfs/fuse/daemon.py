@@ -131,7 +131,8 @@ class Daemon:
         self.drain = fuseloop.install(self.opts.drain, busy_polling=self.opts.busy_poll_us > 0)
         fs.journal.on_memory_freed = lambda: trio.to_thread.run_sync(_trim_heap)
         fuseshim.enable(self.opts.dircache, self.opts.filecache, self.opts.xattrcache,
-                        tmpfile=self.opts.tmpfile, fallocate=self.opts.fallocate, passthrough=self.opts.passthrough)
+                        tmpfile=self.opts.tmpfile, fallocate=self.opts.fallocate, passthrough=self.opts.passthrough,
+                        metacache=self.opts.metacache)
         try:
             pyfuse3.init(ops, self.mountpoint, fuse_options(self.packdir, self.opts))
         except Exception as e:
@@ -166,6 +167,9 @@ class Daemon:
             ops.note_new_file = fuseshim.note_new
         if fuseshim.answers_listing_ends():
             ops.note_listing_end = fuseshim.note_end
+        if fuseshim.answers_metadata():  # (a staged file's GETATTR must reach ops, which absorbs it)
+            fuseshim.serve_metadata(fs.ns.table, self.opts.entry_timeout, self.opts.attr_timeout,
+                                    getattr_too=not self.opts.passthrough, atime=self.opts.atime)
         ops.fallocate_token = fuseshim.fallocate_token()
         if self.opts.passthrough:
             ops.staging = Staging(fs, fs.disk, self.packdir, self.opts.disk_chunk_size, fuseshim)
@@ -173,12 +177,13 @@ class Daemon:
             self.drain.await_request = ops.busypoll.await_request
             self.drain.on_idle = fs.journal.when_idle
             fs.journal.idle_hook = True
-            if fuseshim.answers_listing_ends() or fuseshim.caches_xattrs():
+            if fuseshim.answers_listing_ends() or fuseshim.caches_xattrs() or fuseshim.answers_metadata():
                 self.drain.on_read = ops.busypoll.touch  # requests answered in C keep the loop polling
         if not fuseshim.loaded():
             log.warning("the fuse shim library is not built: directories are opened by a FUSE request, and "
                         "cached writes ask the kernel's getxattr before each write (see fuseshim.py)")
-        elif (self.opts.dircache or self.opts.filecache or self.opts.xattrcache) and not fuseshim.installed():
+        elif (self.opts.dircache or self.opts.filecache or self.opts.xattrcache or self.opts.metacache) and \
+                not fuseshim.installed():
             log.warning("the fuse shim did not take: directories and files are opened by a FUSE request "
                         "(see fuseshim.py)")
 
@@ -201,6 +206,8 @@ class Daemon:
                         "xattrs_answered_in_shim": fuseshim.xattrs_answered(),
                         "ioctls_counted": fuseshim.installed(),
                         "ioctls_answered_in_shim": fuseshim.ioctls_answered(),
+                        "metadata_from_shim": fuseshim.answers_metadata(),
+                        **{f"{op}s_answered_in_shim": n for op, n in fuseshim.metadata_answered().items()},
                         "fallocate": bool(ops.fallocate_token), "o_tmpfile": fuseshim.serves_tmpfile(),
                         "tmpfiles": fuseshim.tmpfiles(),
                         "passthrough": self._passthrough_stats(ops),

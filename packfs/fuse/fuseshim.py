@@ -37,6 +37,14 @@ packfs takes them back (`forget_xattrs`) whenever an inode's xattrs change or th
 goes, on the event loop's thread, where the library answers too: no request is served
 from a stale copy.
 
+Metadata answered in C (option metacache): with the kernel's caches cold, every name a
+path walks is a LOOKUP and every directory a replicator lists a READDIRPLUS, each a
+round through pyfuse3 to a handler that only reads the inode table. The library answers
+LOOKUP (negative entries too), GETATTR and a READDIRPLUS from offset 0 that fits one
+reply from the table itself (_shimmeta.c reads it with the GIL pyfuse3's loop holds:
+`serve_metadata`), taking the kernel's references as Operations does; anything it cannot
+answer exactly reaches the handlers. What it reads is named in tablelayout.py.
+
 HANDLE_KILLPRIV_V2 (always asked for): the kernel's cached write path (writeback_cache,
 or a handle without direct I/O) asks getxattr("security.capability") before every
 write() unless the filesystem takes set-ID bits and capabilities itself, which libfuse
@@ -90,6 +98,8 @@ import ctypes
 import importlib.util
 import os
 
+from .tablelayout import ATIME_RULES
+
 
 def _load() -> ctypes.PyDLL | None:
     spec = importlib.util.find_spec("packfs.fuse._fuseshim")
@@ -123,16 +133,27 @@ if _lib is not None:
     _lib.packfs_shim_unstage.argtypes = [ctypes.c_uint64]
     _lib.packfs_shim_unstage.restype = None
     _lib.packfs_shim_staged_id.argtypes = [ctypes.c_uint64]
+    _lib.packfs_shim_meta_serve.argtypes = [ctypes.py_object, ctypes.c_double, ctypes.c_double, ctypes.c_int,
+                                            ctypes.c_int]
+    _lib.packfs_shim_meta_listing.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_char_p,
+                                              ctypes.POINTER(ctypes.c_int64)]
+    _lib.packfs_shim_meta_listing.restype = ctypes.c_ssize_t
+    _lib.packfs_shim_meta_serve.restype = None
+    _lib.packfs_shim_meta_answered.argtypes = [ctypes.c_int]
+    _lib.packfs_shim_meta_answered.restype = ctypes.c_ulonglong
+    _lib.packfs_shim_meta_lookup_flat.argtypes = [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t,
+                                                  ctypes.POINTER(ctypes.c_int64)]
+    _lib.packfs_shim_meta_getattr_flat.argtypes = [ctypes.c_uint64, ctypes.POINTER(ctypes.c_int64)]
 
 FALLOCATE_TOKEN_SIZE = 16  # _fuseshim.c's TOKEN_SIZE
 
 
 def enable(dircache: bool, filecache: bool, xattrcache: bool, killpriv: bool = True, tmpfile: bool = True,
-           fallocate: bool = True, passthrough: bool = False) -> None:
+           fallocate: bool = True, passthrough: bool = False, metacache: bool = False) -> None:
     """Ask for each part in the next FUSE session (call before pyfuse3.init)."""
     if _lib is not None:
         _lib.packfs_shim_enable(int(dircache), int(filecache), int(xattrcache), int(killpriv), int(tmpfile),
-                                int(fallocate), int(passthrough))
+                                int(fallocate), int(passthrough), int(metacache))
 
 
 def loaded() -> bool:
@@ -306,3 +327,54 @@ def ioctls_answered() -> int:
 def ends_answered() -> int:
     """Readdir requests the library answered as a listing's end (they reach no handler)."""
     return int(_lib.packfs_shim_ends_answered()) if _lib is not None else 0
+
+
+# What metacache answers, by the name `packfs stats` counts it under (_shimmeta.h's enum).
+META_OPS = ("lookup", "negative_lookup", "getattr", "listing")
+_META_FLAT = 14  # values in a flat answer (_shimmeta.h: META_FLAT)
+MetaAnswer = tuple[int, ...]  # ino, mode, nlink, uid, gid, rdev, size, blksize, blocks, atime, mtime, ctime (ns),
+# entry and attr timeouts (ms)
+
+
+def answers_metadata() -> bool:
+    """Whether the last FUSE session's lookup and getattr go through the library (metacache)."""
+    return _lib is not None and bool(_lib.packfs_shim_answers_metadata())
+
+
+def serve_metadata(table: object | None, entry_timeout: float, attr_timeout: float, getattr_too: bool,
+                   atime: str) -> None:
+    """Answer LOOKUP, whole listings (with dircache) and, with getattr_too, GETATTR from
+    this InodeTable (None: stop), with these kernel cache timeouts and atime rule
+    (Options.atime), as Operations would: see _shimmeta.c."""
+    if _lib is not None:
+        _lib.packfs_shim_meta_serve(table, entry_timeout, attr_timeout, int(getattr_too), ATIME_RULES[atime])
+
+
+def metadata_answered() -> dict[str, int]:
+    """Requests the library answered from the table, by META_OPS name (they reach no handler)."""
+    if _lib is None:
+        return dict.fromkeys(META_OPS, 0)
+    return {op: int(_lib.packfs_shim_meta_answered(i)) for i, op in enumerate(META_OPS)}
+
+
+def meta_lookup(parent: int, name: bytes) -> tuple[int, MetaAnswer]:
+    """What the library answers a LOOKUP with, and does (a reference taken): (0, ()) if it
+    leaves it to Python, (1, entry), (2, negative entry)."""
+    out = (ctypes.c_int64 * _META_FLAT)()
+    r = _lib.packfs_shim_meta_lookup_flat(parent, name, len(name), out)  # type: ignore[union-attr]
+    return r, tuple(out) if r else ()
+
+
+def meta_listing(directory: int, size: int) -> tuple[bytes, int] | None:
+    """The reply the library gives a READDIRPLUS of `directory` from offset 0 in `size`
+    bytes, and the offset it notes as the listing's end (0: none); each entry takes a
+    reference, as then. None if it leaves it to Python."""
+    buf, end = ctypes.create_string_buffer(size), ctypes.c_int64()
+    used = _lib.packfs_shim_meta_listing(None, directory, size, buf, ctypes.byref(end))  # type: ignore[union-attr]
+    return (buf.raw[:used], end.value) if used >= 0 else None
+
+
+def meta_getattr(ino: int) -> MetaAnswer | None:
+    """What the library answers a GETATTR with; None if it leaves it to Python."""
+    out = (ctypes.c_int64 * _META_FLAT)()
+    return tuple(out) if _lib.packfs_shim_meta_getattr_flat(ino, out) else None  # type: ignore[union-attr]

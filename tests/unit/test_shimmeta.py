@@ -1,0 +1,244 @@
+"""The fuse shim's LOOKUP and GETATTR answered in C from the inode table (_shimmeta.c)
+against Operations' own answers, for a table with every kind of inode, listing form and
+xattrs; and the layout header C is built with against the namespace's constants."""
+from __future__ import annotations
+
+import stat
+import types
+import struct
+import time
+from pathlib import Path
+
+import pyfuse3
+import pytest
+import trio
+from started import with_filesystem
+
+from packfs.core.filesystem import Filesystem, Setattr
+from packfs.core.writeback import Buffer
+from packfs.fuse import fuseshim, tablelayout
+from packfs.fuse.ops import Operations
+from packfs.namespace.dirents import PackedEntries
+from packfs.namespace.inodes import NLINK_TOP, ROOT, InodeTable
+
+pytestmark = pytest.mark.skipif(not fuseshim.loaded(), reason="the fuse shim library is not built")
+
+CTX = pyfuse3.RequestContext()
+
+
+def test_layout_header_is_current() -> None:
+    assert tablelayout.HEADER.read_text() == tablelayout.header(), \
+        "run `python -m packfs.fuse.tablelayout` and rebuild the fuse shim"
+
+
+def test_named_attributes_are_what_c_reads() -> None:
+    t = InodeTable()
+    for name in tablelayout.COLUMNS.values():
+        assert isinstance(memoryview(getattr(t, name)), memoryview)
+    for name in tablelayout.DICTS.values():
+        assert type(getattr(t, name)) is dict
+    assert type(t.kinds) is list and type(t.names.data) is bytearray and type(t.names.grain) is int
+    for times in (t.atimes, t.ctimes):
+        memoryview(times.column), memoryview(times.far)
+    assert isinstance(Buffer.size, types.MemberDescriptorType)  # an unflushed run's size: a slot
+    packed = PackedEntries([(b"a", 2)])
+    assert type(packed.names) is bytearray and packed.inos.typecode == "I" and type(packed.width) is int
+    for obj, names in ((InodeTable, [*tablelayout.COLUMNS.values(), "kinds", "names", "atimes", "ctimes"]),
+                       (PackedEntries, ["names", "inos", "width"])):
+        for name in names:  # a property would run Python code where C reads it
+            assert not isinstance(getattr(obj, name, None), property), name
+
+
+def _python(a: pyfuse3.EntryAttributes, entry: bool) -> tuple[int, ...]:
+    return (a.st_ino, a.st_mode, a.st_nlink, a.st_uid, a.st_gid, a.st_rdev, a.st_size, a.st_blksize, a.st_blocks,
+            a.st_atime_ns, a.st_mtime_ns, a.st_ctime_ns, round(a.entry_timeout * 1000) if entry else 0,
+            round(a.attr_timeout * 1000))
+
+
+async def _write(fs: Filesystem, ino: int, offset: int, data: bytes, flush: bool = True) -> None:
+    """Write and commit; or (not flush) write and keep the file open, its run unflushed."""
+    fh = fs.open(ino)
+    await fs.write(fh, offset, data)
+    if flush:
+        await fs.fsync(fh=fh)
+        await fs.release(fh)
+
+
+async def _tree(fs: Filesystem) -> None:
+    """Every kind of inode and listing form under ROOT."""
+    mk = fs.create
+    d = mk(ROOT, b"dir", 0o40755, 0, 0).ino
+    mk(ROOT, b"empty", 0o40700, 1000, 1000)
+    one = mk(d, b"0123456789abcdef0123456789abcdef", 0o40755, 0, 0).ino  # a hash directory's one name
+    data = mk(one, b"1700000000.12345.data", 0o100644, 0, 0).ino
+    await _write(fs, data, 0, b"x" * 4096)
+    fs.setxattr(data, b"user.swift.metadata", b"m" * 300)
+    mk(d, b"1700000000.00001.meta", 0o100600, 5, 6)  # another name beside it: a small listing
+    mk(d, b"plain", 0o100644, 0, 0)  # empty
+    suffix = mk(ROOT, b"abc", 0o40755, 0, 0).ino
+    mk(suffix, b"00ff" * 8, 0o40755, 0, 0)  # one hex name, kept as its bytes
+    mk(mk(ROOT, b"lone", 0o40755, 0, 0).ino, b"only", 0o100644, 0, 0)  # one name, kept as it is
+    holes = mk(ROOT, b"holes", 0o100644, 0, 0).ino
+    await _write(fs, holes, 1 << 20, b"y" * 5000)  # a map with a hole: extents
+    huge = mk(ROOT, b"huge", 0o100644, 0, 0).ino
+    await fs.setattr(huge, Setattr(size=5 << 30))  # past the size column's top
+    await fs.setattr(huge, Setattr(atime=10**9, mtime=2 * 10**18))  # times far apart
+    over = mk(ROOT, b"over", 0o100644, 0, 0).ino  # a run beside a map
+    await _write(fs, over, 0, b"o" * 8192)  # (a commit: before any run that must stay unflushed)
+    await _write(fs, over, 8192, b"p" * 10, flush=False)
+    unflushed = mk(ROOT, b"unflushed", 0o100644, 0, 0).ino  # a run over no map
+    await _write(fs, unflushed, 0, b"z" * 100, flush=False)
+    assert fs.ns.table.wbuf[unflushed].size and fs.ns.table.wbuf[over].size
+    fs.link(data, ROOT, b"hardlink")
+    mk(ROOT, b"symlink", 0o120777, 0, 0, target=b"dir/plain")
+    mk(ROOT, b"fifo", 0o10644, 0, 0)
+    mk(ROOT, b"socket", 0o140644, 0, 0)
+    mk(ROOT, b"chr", 0o20644, 0, 0, rdev=0x0103)
+    packed = mk(ROOT, b"packed", 0o40755, 0, 0).ino  # PackedEntries (a Swift partition directory's suffixes)
+    for i in range(200):
+        mk(packed, b"%03x" % i, 0o40755, 0, 0)
+    varied = mk(ROOT, b"varied", 0o40755, 0, 0).ino  # PackedEntries of names of several lengths
+    for i in range(80):
+        mk(varied, b"n" * (1 + i % 7) + b"%d" % i, 0o100644, 0, 0)
+    big = mk(ROOT, b"big", 0o40755, 0, 0).ino  # past PACKED_MAX: a dict
+    for i in range(700):
+        mk(big, b"name-%026d" % i, 0o100644, 0, 0)
+    assert type(fs.ns.table.dirs[packed]) is PackedEntries and type(fs.ns.table.dirs[big]) is dict
+    assert fs.ns.table.links[fs.ns.table.kind[packed]] == NLINK_TOP  # 202 links: wide_nlink
+
+
+def _names(fs: Filesystem) -> list[tuple[int, bytes]]:
+    """(directory, name) of every entry, and a missing name in each directory."""
+    out = []
+    for ino in list(fs.ns.table.inos()):
+        if fs.ns.table.mode_of(ino) & 0o170000 == stat.S_IFDIR:
+            out += [(ino, name) for name, _ in fs.ns.table.children(ino)] + [(ino, b"missing"), (ino, b"fff")]
+    return out
+
+
+def test_c_answers_as_python(tmp_path: Path) -> None:
+    async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
+        ops = Operations(fs)
+        await _tree(fs)
+        t = fs.ns.table
+        fuseshim.serve_metadata(t, 120.0, 60.0, getattr_too=True, atime="noatime")
+        ops._entry_timeout, ops._attr_timeout = 120.0, 60.0
+        try:
+            answered: set[str] = set()
+            for parent, name in _names(fs):
+                child = t.child(parent, name)
+                before = t.lookups[child] if child else 0
+                got, c = fuseshim.meta_lookup(parent, name)
+                if got:
+                    after_c = t.lookups[child] if child else 0
+                    python = _python(await ops.lookup(parent, name, CTX), entry=True)
+                    assert c == python, (parent, name)
+                    assert got == (1 if child else 2)
+                    if child:
+                        assert after_c == before + 1 and t.lookups[child] == before + 2, "a reference each"
+                        answered.add(name.decode())
+                    else:
+                        answered.add("miss")
+                elif child:
+                    assert t.lookups[child] == before, "no reference taken where Python serves it"
+            for ino in t.inos():
+                c = fuseshim.meta_getattr(ino)
+                if c is not None:
+                    assert c == _python(await ops.getattr(ino, CTX), entry=False), ino
+            served = {name for name in ["dir", "empty", "0123456789abcdef0123456789abcdef", "1700000000.12345.data",
+                                        "1700000000.00001.meta", "plain", "holes", "huge", "hardlink", "symlink",
+                                        "fifo", "socket", "unflushed", "abc", "00ff" * 8, "only", "packed", "varied", "big", "00a", "n0", "nnnn3", "name-%026d" % 5,
+                                        "miss"]}
+            assert served <= answered, served - answered
+            assert "chr" not in answered and "over" not in answered  # left to Python
+            assert fuseshim.meta_getattr(ROOT + 10**6) is None
+        finally:
+            fuseshim.serve_metadata(None, 0, 0, False, "noatime")
+
+    with_filesystem(tmp_path, body)
+
+
+def test_nothing_answered_without_a_table(tmp_path: Path) -> None:
+    async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
+        await _tree(fs)
+        fuseshim.serve_metadata(fs.ns.table, 1.0, 1.0, getattr_too=False, atime="noatime")
+        try:
+            assert fuseshim.meta_lookup(ROOT, b"dir")[0] == 1
+            assert fuseshim.meta_getattr(ROOT) is None, "GETATTR is Python's while files may be staged"
+        finally:
+            fuseshim.serve_metadata(None, 0, 0, False, "noatime")
+        assert fuseshim.meta_lookup(ROOT, b"dir") == (0, ())
+
+    with_filesystem(tmp_path, body)
+
+
+# A READDIRPLUS reply's entry (linux/fuse.h): fuse_entry_out, then fuse_dirent and the name.
+_DIRENTPLUS = struct.Struct("<QQQQII QQQQQQIIIIIIIIII QQII")
+
+
+def _entries(reply: bytes) -> list[tuple[bytes, int, int, tuple[int, ...]]]:
+    """(name, offset, entry timeout ms, attributes as fuseshim.MetaAnswer's first 12) of each entry."""
+    out, at = [], 0
+    while at < len(reply):
+        (nodeid, _, entry_valid, attr_valid, entry_ns, attr_ns, ino, size, blocks, atime, mtime, ctime, atime_ns,
+         mtime_ns, ctime_ns, mode, nlink, uid, gid, rdev, blksize, _, d_ino, off, namelen, _) = \
+            _DIRENTPLUS.unpack_from(reply, at)
+        name = reply[at + _DIRENTPLUS.size:at + _DIRENTPLUS.size + namelen]
+        assert nodeid == ino == d_ino
+        attrs = (ino, mode, nlink, uid, gid, rdev, size, blksize, blocks, atime * 10**9 + atime_ns,
+                 mtime * 10**9 + mtime_ns, ctime * 10**9 + ctime_ns)
+        out.append((name, off, entry_valid * 1000 + entry_ns // 10**6, attrs))
+        at += (_DIRENTPLUS.size + namelen + 7) // 8 * 8
+    return out
+
+
+def test_whole_listings_as_python(tmp_path: Path) -> None:
+    async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
+        await _tree(fs)
+        t = fs.ns.table
+        fuseshim.serve_metadata(t, 120.0, 60.0, getattr_too=True, atime="noatime")
+        try:
+            whole = set()
+            for d in [ino for ino in t.inos() if t.mode_of(ino) & 0o170000 == stat.S_IFDIR]:
+                children = fs.ns.listdir(d)
+                before = {ino: t.lookups[ino] for _, ino in children}
+                got = fuseshim.meta_listing(d, 4096)
+                if got is None:  # too big for one reply, or an entry C leaves to Python
+                    assert {ino: t.lookups[ino] for _, ino in children} == before, "no reference taken"
+                    continue
+                reply, end = got
+                entries = _entries(reply)
+                assert [(n, o) for n, o, _, _ in entries] == [(n, i + 1) for i, (n, _) in enumerate(children)]
+                assert end == len(children)
+                for (name, _, entry_ms, attrs), (_, ino) in zip(entries, children):
+                    assert entry_ms == 120000 and attrs == fuseshim.meta_getattr(ino)[:12], name
+                    assert t.lookups[ino] == before[ino] + [i for _, i in children].count(ino)
+                whole.add(d)
+            names = {fs.ns.lookup(ROOT, n).ino for n in (b"dir", b"empty", b"abc", b"lone")}
+            assert names <= whole, "small listings are answered whole"
+            assert fs.ns.lookup(ROOT, b"big").ino not in whole and ROOT not in whole  # (ROOT holds a device)
+        finally:
+            fuseshim.serve_metadata(None, 0, 0, False, "noatime")
+
+    with_filesystem(tmp_path, body)
+
+
+def test_a_listing_that_sets_atime_is_left_to_python(tmp_path: Path) -> None:
+    async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
+        await _tree(fs)
+        d = fs.ns.lookup(ROOT, b"lone")
+        now = time.time_ns()
+        day = 24 * 3600 * 10**9
+        s = 10**9
+        for rule, atime, mtime, python in (("strictatime", now, now - 2 * s, True),
+                                           ("relatime", now - 3 * s, now - 2 * s, True),  # older than mtime
+                                           ("relatime", now - day - s, now - 3 * day, True),  # a day old
+                                           ("relatime", now - s, now - 2 * s, False), ("noatime", 0, now, False)):
+            d.set_times(atime, mtime, mtime)
+            fuseshim.serve_metadata(fs.ns.table, 1.0, 1.0, getattr_too=True, atime=rule)
+            try:
+                assert (fuseshim.meta_listing(d.ino, 4096) is None) == python, (rule, atime)
+            finally:
+                fuseshim.serve_metadata(None, 0, 0, False, "noatime")
+
+    with_filesystem(tmp_path, body)
