@@ -22,7 +22,7 @@ $(STAMPS)/apt:
 	fi
 	@touch $@
 
-$(STAMPS)/venv: $(STAMPS)/apt pyproject.toml setup.py packfs/fuse/_fuseshim.c packfs/store/_logwriter.c packfs/swiftmeta/_swiftform.c
+$(STAMPS)/venv: $(STAMPS)/apt pyproject.toml setup.py $(wildcard packfs/*/_*.c packfs/*/_*.h)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,swift,bench]'

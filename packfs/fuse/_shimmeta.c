@@ -80,9 +80,10 @@ static int value_at(const column_t *c, uint64_t i, int64_t *out)
     const char *p = (const char *)c->v.buf + i * size;
     int s = signed_format(c);
     switch (size) {
-    case 1: *out = s ? *(const int8_t *)p : *(const uint8_t *)p; return 1;
-    case 2: *out = s ? *(const int16_t *)p : *(const uint16_t *)p; return 1;
-    case 4: *out = s ? *(const int32_t *)p : *(const uint32_t *)p; return 1;
+    /* (each side widened first: `s ? int32 : uint32` would be unsigned, and a negative value wrong) */
+    case 1: *out = s ? (int64_t) * (const int8_t *)p : (int64_t) * (const uint8_t *)p; return 1;
+    case 2: *out = s ? (int64_t) * (const int16_t *)p : (int64_t) * (const uint16_t *)p; return 1;
+    case 4: *out = s ? (int64_t) * (const int32_t *)p : (int64_t) * (const uint32_t *)p; return 1;
     case 8: *out = *(const int64_t *)p; return 1; /* (q: no u64 column holds a value past 2^63) */
     }
     return 0;
