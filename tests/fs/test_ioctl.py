@@ -48,7 +48,7 @@ def test_pythons_buffered_open_sends_one_ioctl_and_an_unbuffered_one_none(mnt):
 
 
 def test_with_every_part_of_the_shim_off_ioctls_are_refused_and_stats_says_they_are_not_counted(tmp_path):
-    with mounted(tmp_path / "pack", tmp_path / "mnt", "nodircache,nofilecache,noxattrcache,nofallocate") as m:
+    with mounted(tmp_path / "pack", tmp_path / "mnt", "nodircache,nofilecache,noxattrcache,nofallocate,nometacache") as m:
         write_file(m / "f", b"data")
         fd = os.open(m / "f", os.O_RDONLY)
         try:
