@@ -345,7 +345,10 @@ class Volumes:
             pos = max(start, self.tail + gap)
             self._zeroing = pos  # from here on a record reserved past pos waits for the lock
             try:
-                if pos >= end:
+                # Read the tail again only now: a record reserved before _zeroing was set
+                # did not wait, and may reach past pos (append sets the tail, then reads
+                # _zeroing; this sets _zeroing, then reads the tail: one sees the other).
+                if pos < self.tail + gap or pos >= end:
                     return  # records got close meanwhile
                 n = min(ZERO_FLUSH_STEP - pos % ZERO_FLUSH_STEP, end - pos)
                 self.disk.allocate(fd, pos, n)
