@@ -6,9 +6,9 @@ The steps the multi-node demo (mount/multinode_demo.py) and its test
 
 * :func:`failure_round`: a node fails while PUTs go on through the proxy (it
   writes handoffs); every acknowledged object reads back while the node is down;
-  the node returns, one pass of the replicators (rsync or ssync) moves the
-  handoffs back, and every acknowledged object is then on each of its primary
-  devices byte for byte, and on no other;
+  the node returns, one pass of the replicators (rsync or ssync) puts every
+  acknowledged object on each of its primary devices byte for byte, and at most
+  MAX_PASSES passes take the last copies off the handoffs;
 * :func:`replaced_device_round`: a device is replaced by an empty one and one
   pass of the replicators refills it;
 * :func:`check_listings`: every container lists what was acknowledged in it.
@@ -29,6 +29,7 @@ from swiftcluster import ClusterError  # noqa: E402
 from workload import Key, Phase, Stored, body, verify_objects  # noqa: E402
 
 SMALL_MAX = 64 * 1024  # the size of a PUT during a failure: 0 to this
+MAX_PASSES = 3  # replicator passes after a node returns, until no copy is left on a handoff
 
 
 @dataclasses.dataclass
@@ -48,6 +49,7 @@ class FailureRound:
     recovery: dict[str, float]   # each packfs device's mount (log replay after kill -9), seconds
     replication: ReplicationPass
     placement: Placement         # after the replicators' pass
+    passes: int = 1              # passes until no copy was left on a handoff
 
 
 @dataclasses.dataclass
@@ -140,9 +142,19 @@ def failure_round(cluster: MultiNodeCluster, node: str, sync_method: str, stored
         replication = cluster.replicate(sync_method)
     with Phase(phases, "read every copy on the devices"):
         placement = cluster.placement(on_disk(stored))
-    check_placement(placement, f"after {node} returned and one {sync_method} pass")
+    check_placement(placement, f"after {node} returned and one {sync_method} pass", handoffs_too=False)
+    passes = 1
+    while placement.handoffs and passes < MAX_PASSES:
+        # Every primary holds its copy; a handoff partition stays until a pass has synced
+        # all of it and heard back from each primary (a server that had just restarted may
+        # not answer that pass under load): Swift's own pace, not a lost copy.
+        passes += 1
+        with Phase(phases, f"pass {passes}: {len(placement.handoffs)} copies still on handoffs"):
+            cluster.replicate(sync_method)
+            placement = cluster.placement(on_disk(stored))
+    check_placement(placement, f"after {node} returned and {passes} {sync_method} passes")
     return FailureRound(node, sync_method, puts, len(down.handoffs), len(stored.objects), recovery,
-                        replication, placement)
+                        replication, placement, passes)
 
 
 def replaced_device_round(cluster: MultiNodeCluster, node: str, device: str, sync_method: str,
@@ -166,8 +178,8 @@ def replaced_device_round(cluster: MultiNodeCluster, node: str, device: str, syn
     return result
 
 
-def check_placement(placement: Placement, when: str) -> None:
-    if placement.problems or placement.handoffs:
+def check_placement(placement: Placement, when: str, handoffs_too: bool = True) -> None:
+    if placement.problems or (handoffs_too and placement.handoffs):
         raise ClusterError(f"{when}: {len(placement.problems)} primary copies wrong or missing, "
                            f"{len(placement.handoffs)} copies still on handoffs:\n  "
                            + "\n  ".join((placement.problems + placement.handoffs)[:20]))

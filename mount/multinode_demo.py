@@ -82,7 +82,7 @@ def summary(c: MultiNodeCluster, stored: Stored, before: tuple[int, int], rounds
               + f"; one replicator pass ({r.sync_method}) {r.replication.seconds:.1f}s, "
               f"{r.replication.handoffs_removed} handoff partitions moved back")
         print(f"   then {r.placement.copies} copies verified on their primary devices' files, byte for byte; "
-              f"none left on a handoff")
+              f"none left on a handoff" + (f" after {r.passes} passes (the first left some there)" if r.passes > 1 else ""))
     print(f"{replaced.node}/{replaced.device} replaced by an empty disk: one replicator pass (rsync) in "
           f"{replaced.replication.seconds:.1f}s restored {replaced.restored} of {replaced.expected} objects "
           f"(verified byte for byte) and {replaced.databases} account/container databases")
