@@ -1,5 +1,6 @@
 """Builds packfs's three C parts: _fuseshim.c, what packfs asks of libfuse beyond pyfuse3
-(packfs/fuse/fuseshim.py; with _shimmeta.c, its LOOKUP and GETATTR answered from the inode table),
+(packfs/fuse/fuseshim.py; with _shimmeta.c, its LOOKUP, GETATTR, listings and warm READs answered from the inode
+table),
 _logwriter.c, the volume log's writer thread (packfs/store/logwriter.py), and _swiftform.c, Swift's
 metadata made again from the form xattrblob.py stores it in.
 
@@ -21,7 +22,7 @@ def _fuse3_include_dirs() -> list[str]:
 setup(ext_modules=[Extension("packfs.fuse._fuseshim", ["packfs/fuse/_fuseshim.c", "packfs/fuse/_shimmeta.c"],
                              depends=["packfs/fuse/_shimmeta.h", "packfs/fuse/_tablelayout.h"],
                              include_dirs=_fuse3_include_dirs(),
-                             libraries=["fuse3", "dl"], extra_compile_args=["-O2", "-Wall", "-Werror"],
+                             libraries=["fuse3", "dl", "z"], extra_compile_args=["-O2", "-Wall", "-Werror"],
                              optional=True),
                    Extension("packfs.store._logwriter", ["packfs/store/_logwriter.c"],
                              extra_compile_args=["-O2", "-Wall", "-Werror"], optional=True),

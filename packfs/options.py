@@ -54,7 +54,8 @@ class Options:
     dircache: bool = _knob(True, "directories open without a request; the kernel caches listings")
     filecache: bool = _knob(True, "files open without a request (no OPEN, no RELEASE)")
     xattrcache: bool = _knob(True, "getxattr answered in C from the xattrs last read")
-    metacache: bool = _knob(True, "lookup, getattr and whole listings answered in C from the inode table (fuse shim)")
+    metacache: bool = _knob(True, "lookup, getattr, whole listings and warm reads of whole records answered in C "
+                                  "from the inode table (fuse shim)")
     xattrs_in_memory: bool = _knob(True, "off: checkpointed xattr values are read from the catalog")
     tmpfile: bool = _knob(True, "open(O_TMPFILE) makes a file with no name (fuse shim)")
     fallocate: bool = _knob(True, "fallocate(2): punch holes, check space (fuse shim)")

@@ -38,14 +38,16 @@
  *                getxattr runs. A Swift GET or HEAD asks five times (its metadata key,
  *                the key after it, its checksum key, each with a size probe first): the
  *                first goes to packfs, which hands over the inode's xattrs, and the other
- *                four are answered here. An ENODATA hands them over too: the kernel
+ *                four are answered here. With metacache the first is answered here too,
+ *                from the inode table (_shimmeta.c), where C can decode the xattrs. An ENODATA hands them over too: the kernel
  *                asks for security.capability before every cached write to a file.
  *                packfs takes them back whenever they change or the inode goes
  *                (packfs_shim_forget_xattrs), before any later request can see them.
  *   lookup, getattr  (metacache) answered from the inode table itself, in C, when
  *                packfs handed it over (_shimmeta.c); else pyfuse3's run. With
  *                dircache, a readdirplus from offset 0 too: the whole listing, its end
- *                noted as packfs notes it.
+ *                noted as packfs notes it; with filecache, a read of a file opened
+ *                without a request whose data is one whole record in the page cache.
  *   init         notes what the kernel supports, then runs pyfuse3's; with filecache
  *                in force it takes FUSE_CAP_ATOMIC_O_TRUNC out of the answer, so that
  *                the kernel sends an O_TRUNC open's truncation as a SETATTR. It always
@@ -244,6 +246,9 @@ static void by_inode(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, 
 static void read_by_inode(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
     by_inode(req, ino, fi, 0);
+    if ((fi->fh & INODE_HANDLE) && (fi->fh & ~(INODE_HANDLE | NOATIME_READER)) == ino &&
+        packfs_shim_meta_installed(&ops) && packfs_shim_meta_read(req, ino, size, off, (fi->fh & NOATIME_READER) != 0))
+        return; /* (metacache) a whole record in the page cache, read and checked in C */
     next_read(req, ino, size, off, fi);
 }
 
@@ -354,7 +359,7 @@ static void getxattr_cached(fuse_req_t req, fuse_ino_t ino, const char *name, si
         fuse_reply_err(req, ENODATA);
         return;
     }
-    if (xattrs[slot].ino != ino) {
+    if (xattrs[slot].ino != ino && !(packfs_shim_meta_installed(&ops) && packfs_shim_meta_hand_xattrs(ino))) {
         next_getxattr(req, ino, name, size);
         return;
     }

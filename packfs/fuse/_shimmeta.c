@@ -1,5 +1,6 @@
 /*
- * LOOKUP and GETATTR answered in C from the inode table itself (option metacache; see
+ * LOOKUP, GETATTR, whole listings, a file's first GETXATTR and READs of whole records in
+ * the page cache answered in C from the inode table itself (option metacache; see
  * fuseshim.py for why, _tablelayout.h and tablelayout.py for what is read).
  *
  * pyfuse3 calls libfuse's handlers from fuse_session_process_buf on the event loop's
@@ -22,6 +23,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <linux/fuse.h>
+#include <sys/uio.h>
+#include <zlib.h>
 #include "_shimmeta.h"
 #include "_tablelayout.h"
 
@@ -99,18 +102,20 @@ static int64_t as_int(PyObject *v, int *ok)
     return n;
 }
 
-/* table.<dict>.get(ino): 1 and its value (borrowed) if there, 0 if not, -1 if it cannot be told. */
-static int entry_of(const char *dict_name, uint64_t ino, PyObject **value)
+/* obj.<dict>.get(key): 1 and its value (borrowed) if there, 0 if not, -1 if it cannot be
+ * told. key: a new reference, or NULL (then -1); taken over. */
+static int item_of(PyObject *obj, const char *dict_name, PyObject *key, PyObject **value)
 {
-    PyObject *d = attr(table, dict_name);
-    if (d == NULL || !PyDict_Check(d)) {
+    PyObject *d = attr(obj, dict_name);
+    if (d == NULL || !PyDict_Check(d) || key == NULL) {
         Py_XDECREF(d);
+        Py_XDECREF(key);
+        PyErr_Clear();
         return -1;
     }
-    PyObject *key = PyLong_FromUnsignedLongLong(ino);
-    PyObject *v = key ? PyDict_GetItemWithError(d, key) : NULL;
-    Py_XDECREF(key);
-    Py_DECREF(d); /* (the table holds the dict, and the dict its value: no Python code runs meanwhile) */
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    Py_DECREF(key);
+    Py_DECREF(d); /* (obj holds the dict, and the dict its value: no Python code runs meanwhile) */
     if (v == NULL) {
         if (PyErr_Occurred()) {
             PyErr_Clear();
@@ -120,6 +125,12 @@ static int entry_of(const char *dict_name, uint64_t ino, PyObject **value)
     }
     *value = v;
     return 1;
+}
+
+/* table.<dict>.get(ino), as item_of. */
+static int entry_of(const char *dict_name, uint64_t ino, PyObject **value)
+{
+    return item_of(table, dict_name, PyLong_FromUnsignedLongLong(ino), value);
 }
 
 /* An int-valued dict's value for ino, or `absent` if it has none; 0 if it cannot be told. */
@@ -692,6 +703,263 @@ ssize_t packfs_shim_meta_listing(fuse_req_t req, uint64_t d, size_t size, char *
     return l.used;
 }
 
+/* Reads of whole records in the page cache (READ) ---------------------------------------- */
+
+static PyObject *store;             /* the Volumes, handed over with the table */
+static unsigned char *record_buf;   /* the last record read: a READ's reply points into it */
+static size_t record_room;
+
+static uint32_t le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t le64(const unsigned char *p)
+{
+    return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
+}
+
+/* A regular file's one whole record (the `rec` column): its volume's number, its offset
+ * in the volume and its payload's length, the file's size; 0 if the file has none, an
+ * unflushed run, or a size C does not read. */
+static int whole_record(uint64_t ino, int64_t *volume, uint64_t *at, int64_t *length)
+{
+    column_t col = {0};
+    int64_t k, kind[4], rec, index;
+    int ok = take(table, TL_KIND_ATTR, &col, 0) && value_at(&col, ino, &k) && k != 0;
+    give_back(&col);
+    if (!ok || !kind_of(k, kind) || (kind[0] & S_IFMT) != S_IFREG)
+        return 0;
+    ok = take(table, TL_SIZE_ATTR, &col, 0) && value_at(&col, ino, length) && *length != (int64_t)TL_SIZE_TOP;
+    give_back(&col);
+    ok = ok && take(table, TL_KNAME_ATTR, &col, 0) && value_at(&col, ino, &rec) && rec > 0;
+    give_back(&col);
+    if (!ok || unflushed(ino) != 0)
+        return 0;
+    index = rec >> TL_REC_PAGE_BITS;
+    *at = (uint64_t)(rec & ((1LL << TL_REC_PAGE_BITS) - 1)) << TL_REC_PAGE_SHIFT;
+    ok = take(table, TL_VOLUMES_ATTR, &col, 0) && value_at(&col, index, volume) && index > 0;
+    give_back(&col);
+    return ok;
+}
+
+/* The open file of the volume holding the record at `at`, if the record is written (not
+ * queued in the log); -1 if not, or if its volume is not open. */
+static int written_record_fd(int64_t volume, uint64_t at)
+{
+    PyObject *v;
+    int queued = item_of(store, TL_STORE_INFLIGHT_ATTR, Py_BuildValue("(LK)", (long long)volume,
+                                                                        (unsigned long long)at), &v);
+    if (queued != 0 || item_of(store, TL_STORE_FDS_ATTR, PyLong_FromLongLong(volume), &v) != 1 || !PyLong_Check(v))
+        return -1;
+    int ok = 1;
+    int64_t fd = as_int(v, &ok);
+    return ok && fd >= 0 && fd <= INT32_MAX ? (int)fd : -1;
+}
+
+/* The record at `at` of volume `volume`, if it is written and in the page cache: its n
+ * bytes read with RWF_NOWAIT into record_buf, as Volumes.read reads a warm record. */
+static int cached_record(int64_t volume, uint64_t at, size_t n)
+{
+    int fd = written_record_fd(volume, at);
+    if (fd < 0)
+        return 0;
+    if (n > record_room) {
+        unsigned char *b = realloc(record_buf, n);
+        if (b == NULL)
+            return 0;
+        record_buf = b;
+        record_room = n;
+    }
+    struct iovec iov = {record_buf, n};
+    return preadv2(fd, &iov, 1, (off_t)at, RWF_NOWAIT) == (ssize_t)n;
+}
+
+/* Whether record_buf holds an intact DATA record of ino with `length` bytes of payload,
+ * checked as Volumes._verified checks one (records.py's header and both CRC-32s). */
+static int intact(uint64_t ino, int64_t length)
+{
+    static const char magic[] = TL_RECORD_MAGIC;
+    const unsigned char *h = record_buf;
+    PyObject *p = attr(store, TL_STORE_PACK_ID_ATTR);
+    int ok = p != NULL && PyLong_Check(p);
+    int64_t pack_id = ok ? as_int(p, &ok) : -1;
+    Py_XDECREF(p);
+    return ok && memcmp(h, magic, sizeof magic - 1) == 0 &&
+           le32(h + TL_RECORD_HEADER_CRC_AT) == crc32(0, h, TL_RECORD_HEADER_CRC_AT) &&
+           le32(h + TL_RECORD_PACK_ID_AT) == (uint32_t)pack_id && h[TL_RECORD_TYPE_AT] == TL_RECORD_DATA &&
+           le64(h + TL_RECORD_INO_AT) == ino && le32(h + TL_RECORD_LENGTH_AT) == (uint64_t)length &&
+           le32(h + TL_RECORD_PAYLOAD_CRC_AT) == crc32(0, h + TL_RECORD_HEADER_SIZE, (uInt)length);
+}
+
+/* A READ of `size` bytes at `off` of a file whose data is one whole record already in the
+ * page cache, as Operations.read would answer it: the bytes (valid until the next call),
+ * their count in *n; NULL if it is Python's: a record not in the page cache, queued, too
+ * large to read whole on the loop, or not intact (Python reads it again and says EIO and
+ * why), a file that is staged, has unflushed data or other extents, or whose atime the
+ * read would set (noatime: the file was opened O_NOATIME). */
+static const unsigned char *record_read(uint64_t ino, size_t size, off_t off, int noatime, size_t *n)
+{
+    int64_t volume, length;
+    uint64_t at;
+    if (table == NULL || store == NULL || !getattr_in_c || off < 0 || !whole_record(ino, &volume, &at, &length) ||
+        (!noatime && !atime_stays(ino)))
+        return NULL;
+    if (off >= length) {
+        *n = 0;
+        return (const unsigned char *)"";
+    }
+    if (length > (int64_t)TL_READ_MAX || !cached_record(volume, at, TL_RECORD_HEADER_SIZE + length) ||
+        !intact(ino, length))
+        return NULL;
+    *n = (size_t)(length - off) < size ? (size_t)(length - off) : size;
+    return record_buf + TL_RECORD_HEADER_SIZE + off;
+}
+
+int packfs_shim_meta_read(fuse_req_t req, uint64_t ino, size_t size, off_t off, int noatime)
+{
+    size_t n;
+    const unsigned char *p = record_read(ino, size, off, noatime, &n);
+    if (p == NULL)
+        return 0;
+    answered[META_READ]++;
+    fuse_reply_buf(req, (const char *)p, n);
+    return 1;
+}
+
+ssize_t packfs_shim_meta_read_flat(uint64_t ino, size_t size, int64_t off, int noatime, char *out)
+{
+    size_t n;
+    const unsigned char *p = record_read(ino, size, off, noatime, &n);
+    if (p == NULL)
+        return -1;
+    memcpy(out, p, n);
+    return n;
+}
+
+/* Xattrs and the read-ahead of a file's first GETXATTR -------------------------------------- */
+
+static PyObject *swift_decoder, *swift_zdict; /* xattrblob.swift_form_decoder(): C, if built */
+static int prefetching;                       /* Options.prefetch */
+static unsigned long long prefetched;
+
+/* A packed xattr blob as xattrblob.plain gives it: a new reference to bytes; NULL if C
+ * leaves it to Python (a form only Python decodes; one that does not decode, which Python
+ * reports as EIO). */
+static PyObject *plain_blob(const unsigned char *s, size_t n)
+{
+    static const char prefixes[] = TL_XATTR_PREFIXES, swift[] = TL_XATTR_SWIFT_PREFIX;
+    int compressed = 0;
+    for (size_t i = 0; n >= 2 && i + 2 < sizeof prefixes; i += 2)
+        compressed |= memcmp(s, prefixes + i, 2) == 0;
+    if (!compressed)
+        return PyBytes_FromStringAndSize((const char *)s, n);
+    if (memcmp(s, swift, 2) != 0 || swift_decoder == NULL)
+        return NULL;
+    PyObject *form = PyMemoryView_FromMemory((char *)s + 2, n - 2, PyBUF_READ);
+    PyObject *out = form ? PyObject_CallFunctionObjArgs(swift_decoder, form, swift_zdict, NULL) : NULL;
+    Py_XDECREF(form);
+    if (out != NULL && !PyBytes_Check(out))
+        Py_CLEAR(out);
+    if (out == NULL)
+        PyErr_Clear();
+    return out;
+}
+
+/* ino's xattrs, packed plain, as InodeTable.plain_xattrs gives them: a new reference to
+ * bytes (b"": none); NULL if C leaves them to Python: values only the catalog holds
+ * (xattrs_in_memory off), a compaction of the arena under way, a form C does not decode. */
+static PyObject *table_xattrs(uint64_t ino)
+{
+    if (table == NULL)
+        return NULL;
+    column_t col = {0}, arena = {0};
+    int64_t k, kind[4], ref, grain;
+    int ok = take(table, TL_KIND_ATTR, &col, 0) && value_at(&col, ino, &k) && k != 0;
+    give_back(&col);
+    if (!ok || !kind_of(k, kind))
+        return NULL;
+    if ((kind[0] & S_IFMT) == S_IFDIR) {
+        ok = int_entry(TL_DIR_XAT_ATTR, ino, 0, &ref);
+    } else {
+        ok = take(table, TL_KID_ATTR, &col, 0) && value_at(&col, ino, &ref);
+        give_back(&col);
+    }
+    PyObject *xnew = attr(table, TL_XATTR_COMPACTING_ATTR);
+    ok = ok && xnew == Py_None;
+    Py_XDECREF(xnew);
+    if (!ok || ref == (int64_t)TL_IN_CATALOG)
+        return NULL;
+    if (ref == 0) { /* none, unless set plain and not compressed yet */
+        PyObject *v;
+        int r = entry_of(TL_XATTR_PLAIN_ATTR, ino, &v);
+        if (r == 0)
+            return PyBytes_FromStringAndSize("", 0);
+        if (r < 0 || !PyBytes_Check(v))
+            return NULL;
+        Py_INCREF(v); /* (held while the decoder runs) */
+        PyObject *out = plain_blob((const unsigned char *)PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v));
+        Py_DECREF(v);
+        return out;
+    }
+    PyObject *blobs = attr(table, TL_XATTR_ARENA_ATTR), *g = blobs ? attr(blobs, TL_ARENA_GRAIN_ATTR) : NULL;
+    const unsigned char *s;
+    size_t n;
+    PyObject *out = NULL;
+    ok = g != NULL && PyLong_Check(g);
+    grain = ok ? as_int(g, &ok) : 0;
+    if (ok && take(blobs, TL_ARENA_DATA_ATTR, &arena, 0) && arena_string(&arena, grain, ref, &s, &n))
+        out = plain_blob(s, n); /* (the arena's buffer is held, so it cannot move meanwhile) */
+    give_back(&arena);
+    Py_XDECREF(g);
+    Py_XDECREF(blobs);
+    return out;
+}
+
+/* Start the disk read of a regular file's one whole record, as Filesystem._warm does at
+ * the first xattr read of a file: Swift reads the data next. */
+static void prefetch(uint64_t ino)
+{
+    int64_t volume, length;
+    uint64_t at;
+    int fd;
+    if (!prefetching || store == NULL || !whole_record(ino, &volume, &at, &length) || length > (int64_t)TL_READ_MAX ||
+        (fd = written_record_fd(volume, at)) < 0)
+        return;
+    if (posix_fadvise(fd, (off_t)at, TL_RECORD_HEADER_SIZE + length, POSIX_FADV_WILLNEED) == 0)
+        prefetched++;
+}
+
+int packfs_shim_meta_hand_xattrs(uint64_t ino)
+{
+    PyObject *blob = table_xattrs(ino);
+    if (blob == NULL)
+        return 0;
+    int ok = PyBytes_GET_SIZE(blob) <= (Py_ssize_t)TL_CACHED_XATTRS_MAX &&
+             packfs_shim_cache_xattrs(ino, PyBytes_AS_STRING(blob), PyBytes_GET_SIZE(blob));
+    Py_DECREF(blob);
+    if (ok)
+        prefetch(ino);
+    return ok;
+}
+
+ssize_t packfs_shim_meta_xattrs_flat(uint64_t ino, char *out, size_t room)
+{
+    PyObject *blob = table_xattrs(ino);
+    if (blob == NULL)
+        return -1;
+    ssize_t n = PyBytes_GET_SIZE(blob);
+    if ((size_t)n <= room)
+        memcpy(out, PyBytes_AS_STRING(blob), n);
+    Py_DECREF(blob);
+    return n;
+}
+
+unsigned long long packfs_shim_meta_prefetched(void)
+{
+    return prefetched;
+}
+
 static void (*next_lookup)(fuse_req_t, fuse_ino_t, const char *);
 static void (*next_getattr)(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
 
@@ -733,13 +1001,23 @@ int packfs_shim_meta_installed(const struct fuse_lowlevel_ops *ops)
     return ops->lookup == lookup_in_c;
 }
 
-void packfs_shim_meta_serve(PyObject *inode_table, double entry_secs, double attr_secs, int getattr_too, int atime)
+static void hold(PyObject **held, PyObject *obj)
+{
+    PyObject *old = *held;
+    *held = obj != NULL && obj != Py_None ? obj : NULL;
+    Py_XINCREF(*held);
+    Py_XDECREF(old);
+}
+
+void packfs_shim_meta_serve(PyObject *inode_table, PyObject *volumes, PyObject *decoder, PyObject *zdict,
+                            double entry_secs, double attr_secs, int getattr_too, int atime, int read_ahead)
 {
     atime_rule = atime;
-    PyObject *old = table;
-    table = inode_table != NULL && inode_table != Py_None ? inode_table : NULL;
-    Py_XINCREF(table);
-    Py_XDECREF(old);
+    prefetching = read_ahead;
+    hold(&table, inode_table);
+    hold(&store, volumes);
+    hold(&swift_decoder, decoder);
+    hold(&swift_zdict, zdict);
     entry_timeout = entry_secs;
     attr_timeout = attr_secs;
     getattr_in_c = getattr_too;

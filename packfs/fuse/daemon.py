@@ -168,8 +168,9 @@ class Daemon:
         if fuseshim.answers_listing_ends():
             ops.note_listing_end = fuseshim.note_end
         if fuseshim.answers_metadata():  # (a staged file's GETATTR must reach ops, which absorbs it)
-            fuseshim.serve_metadata(fs.ns.table, self.opts.entry_timeout, self.opts.attr_timeout,
-                                    getattr_too=not self.opts.passthrough, atime=self.opts.atime)
+            fuseshim.serve_metadata(fs.ns.table, fs.volumes, self.opts.entry_timeout, self.opts.attr_timeout,
+                                    getattr_too=not self.opts.passthrough, atime=self.opts.atime,
+                                    prefetch=self.opts.prefetch)
         ops.fallocate_token = fuseshim.fallocate_token()
         if self.opts.passthrough:
             ops.staging = Staging(fs, fs.disk, self.packdir, self.opts.disk_chunk_size, fuseshim)
@@ -208,6 +209,7 @@ class Daemon:
                         "ioctls_answered_in_shim": fuseshim.ioctls_answered(),
                         "metadata_from_shim": fuseshim.answers_metadata(),
                         **{f"{op}s_answered_in_shim": n for op, n in fuseshim.metadata_answered().items()},
+                        "prefetches_in_shim": fuseshim.prefetched(),
                         "fallocate": bool(ops.fallocate_token), "o_tmpfile": fuseshim.serves_tmpfile(),
                         "tmpfiles": fuseshim.tmpfiles(),
                         "passthrough": self._passthrough_stats(ops),

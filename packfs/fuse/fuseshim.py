@@ -43,7 +43,10 @@ round through pyfuse3 to a handler that only reads the inode table. The library 
 LOOKUP (negative entries too), GETATTR and a READDIRPLUS from offset 0 that fits one
 reply from the table itself (_shimmeta.c reads it with the GIL pyfuse3's loop holds:
 `serve_metadata`), taking the kernel's references as Operations does; anything it cannot
-answer exactly reaches the handlers. What it reads is named in tablelayout.py.
+answer exactly reaches the handlers. What it reads is named in tablelayout.py. With
+filecache, a READ of a file whose data is one whole record (every Swift object below
+disk_chunk_size) is answered too when the record is in the page cache: read with
+RWF_NOWAIT and its CRCs checked in C, as Volumes.read does on the loop.
 
 HANDLE_KILLPRIV_V2 (always asked for): the kernel's cached write path (writeback_cache,
 or a handle without direct I/O) asks getxattr("security.capability") before every
@@ -98,7 +101,8 @@ import ctypes
 import importlib.util
 import os
 
-from .tablelayout import ATIME_RULES
+from ..namespace import xattrblob
+from .tablelayout import ATIME_RULES, CACHED_XATTRS_MAX
 
 
 def _load() -> ctypes.PyDLL | None:
@@ -133,8 +137,14 @@ if _lib is not None:
     _lib.packfs_shim_unstage.argtypes = [ctypes.c_uint64]
     _lib.packfs_shim_unstage.restype = None
     _lib.packfs_shim_staged_id.argtypes = [ctypes.c_uint64]
-    _lib.packfs_shim_meta_serve.argtypes = [ctypes.py_object, ctypes.c_double, ctypes.c_double, ctypes.c_int,
-                                            ctypes.c_int]
+    _lib.packfs_shim_meta_serve.argtypes = [ctypes.py_object, ctypes.py_object, ctypes.py_object, ctypes.py_object,
+                                            ctypes.c_double, ctypes.c_double, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    _lib.packfs_shim_meta_prefetched.restype = ctypes.c_ulonglong
+    _lib.packfs_shim_meta_xattrs_flat.argtypes = [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t]
+    _lib.packfs_shim_meta_xattrs_flat.restype = ctypes.c_ssize_t
+    _lib.packfs_shim_meta_read_flat.argtypes = [ctypes.c_uint64, ctypes.c_size_t, ctypes.c_int64, ctypes.c_int,
+                                                ctypes.c_char_p]
+    _lib.packfs_shim_meta_read_flat.restype = ctypes.c_ssize_t
     _lib.packfs_shim_meta_listing.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_char_p,
                                               ctypes.POINTER(ctypes.c_int64)]
     _lib.packfs_shim_meta_listing.restype = ctypes.c_ssize_t
@@ -272,11 +282,6 @@ def caches_xattrs() -> bool:
     return _lib is not None and bool(_lib.packfs_shim_caches_xattrs())
 
 
-# The library keeps one inode's xattrs per slot of 256: up to this many bytes each (Swift's
-# are ~500 B). One inode may hold 16 MiB of them, which every getxattr would copy.
-CACHED_XATTRS_MAX = 64 << 10
-
-
 def cache_xattrs(ino: int, plain: bytes) -> None:
     """Answer getxattr of `ino` from `plain`, its xattrs packed plain (b"": none), until
     forget_xattrs(ino); unless they are past CACHED_XATTRS_MAX: its getxattrs come to
@@ -330,7 +335,7 @@ def ends_answered() -> int:
 
 
 # What metacache answers, by the name `packfs stats` counts it under (_shimmeta.h's enum).
-META_OPS = ("lookup", "negative_lookup", "getattr", "listing")
+META_OPS = ("lookup", "negative_lookup", "getattr", "listing", "read")
 _META_FLAT = 14  # values in a flat answer (_shimmeta.h: META_FLAT)
 MetaAnswer = tuple[int, ...]  # ino, mode, nlink, uid, gid, rdev, size, blksize, blocks, atime, mtime, ctime (ns),
 # entry and attr timeouts (ms)
@@ -341,13 +346,22 @@ def answers_metadata() -> bool:
     return _lib is not None and bool(_lib.packfs_shim_answers_metadata())
 
 
-def serve_metadata(table: object | None, entry_timeout: float, attr_timeout: float, getattr_too: bool,
-                   atime: str) -> None:
-    """Answer LOOKUP, whole listings (with dircache) and, with getattr_too, GETATTR from
-    this InodeTable (None: stop), with these kernel cache timeouts and atime rule
-    (Options.atime), as Operations would: see _shimmeta.c."""
+def serve_metadata(table: object | None, volumes: object | None, entry_timeout: float, attr_timeout: float,
+                   getattr_too: bool, atime: str, prefetch: bool = True) -> None:
+    """Answer LOOKUP, whole listings (with dircache), GETXATTR (with xattrcache) and, with
+    getattr_too, GETATTR and READs of whole records in the page cache (with filecache) from
+    this InodeTable and its Volumes (None: stop), with these kernel cache timeouts and
+    atime rule (Options.atime), as Operations would, and start a file's read-ahead at its
+    first getxattr as Filesystem does with `prefetch`: see _shimmeta.c."""
     if _lib is not None:
-        _lib.packfs_shim_meta_serve(table, entry_timeout, attr_timeout, int(getattr_too), ATIME_RULES[atime])
+        decoder, zdict = xattrblob.swift_form_decoder() or (None, None)
+        _lib.packfs_shim_meta_serve(table, volumes, decoder, zdict, entry_timeout, attr_timeout, int(getattr_too),
+                                    ATIME_RULES[atime], int(prefetch))
+
+
+def prefetched() -> int:
+    """Records whose read-ahead the library started at a file's first getxattr."""
+    return int(_lib.packfs_shim_meta_prefetched()) if _lib is not None else 0
 
 
 def metadata_answered() -> dict[str, int]:
@@ -372,6 +386,26 @@ def meta_listing(directory: int, size: int) -> tuple[bytes, int] | None:
     buf, end = ctypes.create_string_buffer(size), ctypes.c_int64()
     used = _lib.packfs_shim_meta_listing(None, directory, size, buf, ctypes.byref(end))  # type: ignore[union-attr]
     return (buf.raw[:used], end.value) if used >= 0 else None
+
+
+def meta_read(ino: int, size: int, offset: int, noatime: bool = False) -> bytes | None:
+    """What the library answers a READ of a file opened without a request with (noatime:
+    opened O_NOATIME); None if it leaves it to Python."""
+    buf = ctypes.create_string_buffer(size)
+    n = _lib.packfs_shim_meta_read_flat(ino, size, offset, int(noatime), buf)  # type: ignore[union-attr]
+    return buf.raw[:n] if n >= 0 else None
+
+
+def meta_xattrs(ino: int) -> bytes | None:
+    """The xattrs, packed plain, the library takes from the table at an inode's first
+    getxattr; None if it leaves that to Python."""
+    room = 1 << 16
+    while True:
+        buf = ctypes.create_string_buffer(room)
+        n = _lib.packfs_shim_meta_xattrs_flat(ino, buf, room)  # type: ignore[union-attr]
+        if n <= room:
+            return buf.raw[:n] if n >= 0 else None
+        room = n
 
 
 def meta_getattr(ino: int) -> MetaAnswer | None:

@@ -31,7 +31,7 @@ import logging
 import pickle
 import struct
 import zlib
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..errors import FsError
 from ..swiftmeta.swiftpickle import load_metadata
@@ -170,6 +170,8 @@ _XZ_DICTS = {b"\xff\xff": _XZ_DICT_2, b"\xff\xfe": _XZ_DICT_3}
 _SWIFT_PREFIX = b"\xff\xfd"  # what is compressed now: the Swift form, with _XZ_DICT_4, where it applies
 _DEFLATED_PREFIX = b"\xff\xfe"  # any other blob: deflated whole, with _XZ_DICT_3
 _PREFIXES = (*_XZ_DICTS, _SWIFT_PREFIX)
+COMPRESSED_PREFIXES = _PREFIXES  # (named for the fuse shim's C, which decodes the Swift form)
+SWIFT_FORM_PREFIX = _SWIFT_PREFIX
 
 
 def _swift_items(meta: bytes) -> bytes | None:
@@ -188,6 +190,12 @@ def _swift_items(meta: bytes) -> bytes | None:
 
 def _md5_hex(data: bytes) -> bytes:
     return _swiftform.md5_hexdigest(data) if _swiftform is not None else hashlib.md5(data).hexdigest().encode()
+
+
+def swift_form_decoder() -> tuple[Callable[[memoryview, bytes], bytes], bytes] | None:
+    """_swiftform.plain_blob and the dictionary the Swift form is deflated against, for C
+    that decodes the form without running Python code (the fuse shim); None if not built."""
+    return (_swiftform.plain_blob, _XZ_DICT_4) if _swiftform is not None else None
 
 
 def codec() -> str:

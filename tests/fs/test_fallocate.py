@@ -107,11 +107,13 @@ def test_the_kernels_capability_probe_before_a_new_files_reservation_is_answered
     assert requests_served(m).get("getxattr", 0) == served
     assert stats(m)["xattrs_answered_in_shim"] == in_shim + 3
     # Only the kernel's probe: a new file's other xattrs go to packfs (its first read of
-    # a file's xattrs starts the prefetch), and a capability set later is seen.
+    # a file's xattrs starts the prefetch), or with metacache to the shim's reading of the
+    # inode table, which starts it too; and a capability set later is seen.
     (work / "named").write_bytes(b"")
     with raises_errno(errno.ENODATA):
         os.getxattr(work / "named", "user.swift.metadata")
-    assert requests_served(m)["getxattr"] == served + 1
+    from_table = stats(m)["metadata_from_shim"]
+    assert requests_served(m).get("getxattr", 0) == served + (0 if from_table else 1)
     cap = struct.pack("<5I", 0x02000000, 1 << 10, 0, 0, 0)  # VFS_CAP_REVISION_2: CAP_NET_BIND_SERVICE
     os.setxattr(work / "named", "security.capability", cap)
     assert os.getxattr(work / "named", "security.capability") == cap

@@ -1,11 +1,15 @@
-"""The fuse shim's LOOKUP and GETATTR answered in C from the inode table (_shimmeta.c)
-against Operations' own answers, for a table with every kind of inode, listing form and
-xattrs; and the layout header C is built with against the namespace's constants."""
+"""The fuse shim's LOOKUP, GETATTR, listings and READs answered in C from the inode table
+(_shimmeta.c) against Operations' own answers, for a table with every kind of inode, listing
+form, xattrs and record; and the layout header C is built with against the namespace's constants."""
 from __future__ import annotations
 
+import errno
+import hashlib
+import os
+import pickle
 import stat
-import types
 import struct
+import types
 import time
 from pathlib import Path
 
@@ -15,10 +19,13 @@ import trio
 from started import with_filesystem
 
 from packfs.core.filesystem import Filesystem, Setattr
+from packfs.errors import FsError
 from packfs.core.writeback import Buffer
 from packfs.fuse import fuseshim, tablelayout
 from packfs.fuse.ops import Operations
 from packfs.namespace.dirents import PackedEntries
+from packfs.namespace.xattrblob import SWIFT_FORM_PREFIX, is_compressed
+from packfs.namespace.xattrstore import IN_CATALOG
 from packfs.namespace.inodes import NLINK_TOP, ROOT, InodeTable
 
 pytestmark = pytest.mark.skipif(not fuseshim.loaded(), reason="the fuse shim library is not built")
@@ -41,9 +48,11 @@ def test_named_attributes_are_what_c_reads() -> None:
     for times in (t.atimes, t.ctimes):
         memoryview(times.column), memoryview(times.far)
     assert isinstance(Buffer.size, types.MemberDescriptorType)  # an unflushed run's size: a slot
+    assert type(t.xblobs.data) is bytearray and type(t.xblobs.grain) is int and t._xnew is None
     packed = PackedEntries([(b"a", 2)])
     assert type(packed.names) is bytearray and packed.inos.typecode == "I" and type(packed.width) is int
-    for obj, names in ((InodeTable, [*tablelayout.COLUMNS.values(), "kinds", "names", "atimes", "ctimes"]),
+    for obj, names in ((InodeTable, [*tablelayout.COLUMNS.values(), *tablelayout.DICTS.values(), "kinds", "names",
+                                     "atimes", "ctimes", "xblobs", "_xnew"]),
                        (PackedEntries, ["names", "inos", "width"])):
         for name in names:  # a property would run Python code where C reads it
             assert not isinstance(getattr(obj, name, None), property), name
@@ -121,7 +130,7 @@ def test_c_answers_as_python(tmp_path: Path) -> None:
         ops = Operations(fs)
         await _tree(fs)
         t = fs.ns.table
-        fuseshim.serve_metadata(t, 120.0, 60.0, getattr_too=True, atime="noatime")
+        fuseshim.serve_metadata(t, fs.volumes, 120.0, 60.0, getattr_too=True, atime="noatime")
         ops._entry_timeout, ops._attr_timeout = 120.0, 60.0
         try:
             answered: set[str] = set()
@@ -153,7 +162,7 @@ def test_c_answers_as_python(tmp_path: Path) -> None:
             assert "chr" not in answered and "over" not in answered  # left to Python
             assert fuseshim.meta_getattr(ROOT + 10**6) is None
         finally:
-            fuseshim.serve_metadata(None, 0, 0, False, "noatime")
+            fuseshim.serve_metadata(None, None, 0, 0, False, "noatime")
 
     with_filesystem(tmp_path, body)
 
@@ -161,12 +170,12 @@ def test_c_answers_as_python(tmp_path: Path) -> None:
 def test_nothing_answered_without_a_table(tmp_path: Path) -> None:
     async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
         await _tree(fs)
-        fuseshim.serve_metadata(fs.ns.table, 1.0, 1.0, getattr_too=False, atime="noatime")
+        fuseshim.serve_metadata(fs.ns.table, fs.volumes, 1.0, 1.0, getattr_too=False, atime="noatime")
         try:
             assert fuseshim.meta_lookup(ROOT, b"dir")[0] == 1
             assert fuseshim.meta_getattr(ROOT) is None, "GETATTR is Python's while files may be staged"
         finally:
-            fuseshim.serve_metadata(None, 0, 0, False, "noatime")
+            fuseshim.serve_metadata(None, None, 0, 0, False, "noatime")
         assert fuseshim.meta_lookup(ROOT, b"dir") == (0, ())
 
     with_filesystem(tmp_path, body)
@@ -196,7 +205,7 @@ def test_whole_listings_as_python(tmp_path: Path) -> None:
     async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
         await _tree(fs)
         t = fs.ns.table
-        fuseshim.serve_metadata(t, 120.0, 60.0, getattr_too=True, atime="noatime")
+        fuseshim.serve_metadata(t, fs.volumes, 120.0, 60.0, getattr_too=True, atime="noatime")
         try:
             whole = set()
             for d in [ino for ino in t.inos() if t.mode_of(ino) & 0o170000 == stat.S_IFDIR]:
@@ -218,7 +227,7 @@ def test_whole_listings_as_python(tmp_path: Path) -> None:
             assert names <= whole, "small listings are answered whole"
             assert fs.ns.lookup(ROOT, b"big").ino not in whole and ROOT not in whole  # (ROOT holds a device)
         finally:
-            fuseshim.serve_metadata(None, 0, 0, False, "noatime")
+            fuseshim.serve_metadata(None, None, 0, 0, False, "noatime")
 
     with_filesystem(tmp_path, body)
 
@@ -235,10 +244,147 @@ def test_a_listing_that_sets_atime_is_left_to_python(tmp_path: Path) -> None:
                                            ("relatime", now - day - s, now - 3 * day, True),  # a day old
                                            ("relatime", now - s, now - 2 * s, False), ("noatime", 0, now, False)):
             d.set_times(atime, mtime, mtime)
-            fuseshim.serve_metadata(fs.ns.table, 1.0, 1.0, getattr_too=True, atime=rule)
+            fuseshim.serve_metadata(fs.ns.table, fs.volumes, 1.0, 1.0, getattr_too=True, atime=rule)
             try:
                 assert (fuseshim.meta_listing(d.ino, 4096) is None) == python, (rule, atime)
             finally:
-                fuseshim.serve_metadata(None, 0, 0, False, "noatime")
+                fuseshim.serve_metadata(None, None, 0, 0, False, "noatime")
+
+    with_filesystem(tmp_path, body)
+
+
+async def _python_read(fs: Filesystem, ino: int, size: int, offset: int) -> bytes:
+    fh = fs.open(ino)
+    try:
+        return await fs.read(fh, offset, size)
+    finally:
+        await fs.release(fh)
+
+
+def _record(fs: Filesystem, ino: int) -> tuple[str, int]:
+    """The volume file and offset of a file's one whole record."""
+    (_, _, volume, offset, _, _), = fs.ns.table.extent_list(ino)
+    return fs.volumes.path(volume), offset
+
+
+def test_reads_answered_as_python(tmp_path: Path) -> None:
+    async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
+        big = fs.create(ROOT, b"record-100k", 0o100644, 0, 0).ino
+        await _write(fs, big, 0, os.urandom(100 << 10))
+        await _tree(fs)  # (after: a commit would flush its unflushed runs)
+        t = fs.ns.table
+        v = fs.volumes  # what C reads of the Volumes (tablelayout.STORE), as it reads them
+        assert (type(v.fds), type(v._inflight), type(v.pack_id)) == (dict, dict, int)
+        assert not any(isinstance(getattr(type(v), name, None), property) for name in tablelayout.STORE.values())
+        fuseshim.serve_metadata(t, fs.volumes, 120.0, 60.0, getattr_too=True, atime="noatime")
+        try:
+            answered = set()
+            for ino in [i for i in t.inos() if t.mode_of(i) & 0o170000 == stat.S_IFREG]:
+                for size, offset in ((1, 0), (4096, 0), (131072, 0), (10, 4090), (4096, 4096), (100, 1 << 30)):
+                    c = fuseshim.meta_read(ino, size, offset)
+                    if c is not None:
+                        assert c == await _python_read(fs, ino, size, offset), (ino, size, offset)
+                        answered.add(ino)
+            data = fs.ns.lookup(fs.ns.lookup(fs.ns.lookup(ROOT, b"dir").ino, b"0123456789abcdef0123456789abcdef").ino,
+                                b"1700000000.12345.data").ino
+            assert {data, big} <= answered, "whole records in the page cache are read in C"
+            left = {fs.ns.lookup(ROOT, n).ino for n in (b"holes", b"huge", b"over", b"unflushed")}
+            assert not left & answered, "extents, holes and unflushed runs are Python's"
+
+            path, offset = _record(fs, data)
+            fs.volumes._inflight[(t.extent_list(data)[0][2], offset)] = []  # as while the log writes it
+            assert fuseshim.meta_read(data, 4096, 0) is None, "a record queued in the log is Python's"
+            fs.volumes._inflight.clear()
+
+            fd = os.open(path, os.O_RDWR)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                assert fuseshim.meta_read(data, 4096, 0) is None, "a record not in the page cache is Python's"
+                assert await _python_read(fs, data, 4096, 0) == b"x" * 4096
+                os.pread(fd, 48 + 4096, offset)  # (Python's read may have come from its read cache)
+                assert fuseshim.meta_read(data, 4096, 0) == b"x" * 4096, "... and C's once it is back"
+            finally:
+                os.close(fd)
+            victim = fs.create(ROOT, b"victim", 0o100644, 0, 0).ino  # (read by nobody yet: in no read cache)
+            await _write(fs, victim, 0, b"v" * 4096)
+            assert fuseshim.meta_read(victim, 4096, 0) == b"v" * 4096
+            path, offset = _record(fs, victim)
+            fd = os.open(path, os.O_RDWR)
+            try:
+                os.pwrite(fd, b"!", offset + 48 + 100)  # a corrupt payload
+            finally:
+                os.close(fd)
+            assert fuseshim.meta_read(victim, 4096, 0) is None
+            with pytest.raises(FsError) as e:
+                await _python_read(fs, victim, 4096, 0)
+            assert e.value.errno == errno.EIO, "Python says EIO, and logs why"
+        finally:
+            fuseshim.serve_metadata(None, None, 0, 0, False, "noatime")
+
+    with_filesystem(tmp_path, body)
+
+
+def test_a_read_that_sets_atime_is_left_to_python(tmp_path: Path) -> None:
+    async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
+        ino = fs.create(ROOT, b"f", 0o100644, 0, 0).ino
+        await _write(fs, ino, 0, b"f" * 100)
+        node = fs.ns.find(ino)
+        now = time.time_ns()
+        node.set_times(now - 3 * 10**9, now - 2 * 10**9, now - 2 * 10**9)  # atime older than mtime
+        for rule, noatime, python in (("relatime", False, True), ("relatime", True, False),
+                                      ("strictatime", False, True), ("noatime", False, False)):
+            fuseshim.serve_metadata(fs.ns.table, fs.volumes, 1.0, 1.0, getattr_too=True, atime=rule)
+            try:
+                assert (fuseshim.meta_read(ino, 100, 0, noatime) is None) == python, (rule, noatime)
+            finally:
+                fuseshim.serve_metadata(None, None, 0, 0, False, "noatime")
+        fuseshim.serve_metadata(fs.ns.table, fs.volumes, 1.0, 1.0, getattr_too=False, atime="noatime")
+        try:
+            assert fuseshim.meta_read(ino, 100, 0) is None, "a READ is Python's while files may be staged"
+        finally:
+            fuseshim.serve_metadata(None, None, 0, 0, False, "noatime")
+
+    with_filesystem(tmp_path, body)
+
+
+def _swift_object(fs: Filesystem, name: bytes, i: int) -> int:
+    """A file with Swift's two xattrs: its pickled metadata and that pickle's MD5."""
+    ino = fs.create(ROOT, name, 0o100644, 0, 0).ino
+    meta = pickle.dumps({b"name": b"/AUTH_test/c/o%d" % i, b"X-Timestamp": b"1700000000.%05d" % i,
+                         b"Content-Length": b"4096", b"ETag": hashlib.md5(b"%d" % i).hexdigest().encode(),
+                         b"Content-Type": b"application/octet-stream"}, 2)
+    fs.setxattrs(ino, [(b"user.swift.metadata", meta),
+                       (b"user.swift.metadata_checksum", hashlib.md5(meta).hexdigest().encode())])
+    return ino
+
+
+def test_xattrs_taken_as_python(tmp_path: Path) -> None:
+    async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
+        await _tree(fs)
+        t = fs.ns.table
+        swift = [_swift_object(fs, b"swift%d" % i, i) for i in range(3)]
+        fs.setxattr(ROOT, b"user.dir", b"a directory's")
+        fs.setxattr(fs.ns.lookup(ROOT, b"dir").ino, b"trusted.big", os.urandom(2000))  # not compressed: random
+        while t.compress_xattrs():
+            pass
+        fresh = _swift_object(fs, b"fresh", 9)  # set plain, not compressed yet
+        assert all(is_compressed(t.packed_xattrs(i)) and t.packed_xattrs(i)[:2] == SWIFT_FORM_PREFIX for i in swift)
+        fuseshim.serve_metadata(t, fs.volumes, 1.0, 1.0, getattr_too=True, atime="noatime")
+        try:
+            taken = set()
+            for ino in t.inos():
+                c = fuseshim.meta_xattrs(ino)
+                if c is not None:
+                    assert c == (t.plain_xattrs(ino) or b""), ino
+                    taken.add(ino)
+            assert {*swift, fresh, ROOT, fs.ns.lookup(ROOT, b"dir").ino, fs.ns.lookup(ROOT, b"holes").ino} <= taken
+            assert fuseshim.meta_xattrs(ROOT + 10**6) is None, "no inode there"
+            t._xnew = t.xblobs  # as while a compaction of the arena runs
+            assert fuseshim.meta_xattrs(swift[0]) is None, "Python's while the arena is compacted"
+            t._xnew = None
+            t.kid[swift[1]] = IN_CATALOG  # as with xattrs_in_memory off, once checkpointed
+            assert fuseshim.meta_xattrs(swift[1]) is None, "values only the catalog holds are Python's"
+        finally:
+            fuseshim.serve_metadata(None, None, 0, 0, False, "noatime")
 
     with_filesystem(tmp_path, body)
