@@ -348,9 +348,6 @@ class Journal:
         """
         async with self._checkpoint_lock:
             started = time.monotonic()
-            # The catalog and the image get the xattrs small.
-            while self.ns.table.compress_xattrs(limit=64, budget=COMPRESS_SLICE_BYTES):
-                await trio.lowlevel.checkpoint()
             with collector_paused():
                 appended, volume, dead = await self._write_checkpoint()
             self._appended_at_checkpoint = appended
@@ -363,8 +360,7 @@ class Journal:
         """Snapshot and write the catalog (see checkpoint); give back the log's length and
         active volume at the catalog's position, and the records that died before it.
         Everything bulky (the takes, their rows) lives in this frame."""
-        await self.volumes.ensure_space(records.BLOCK, metadata=True)
-        self._stage()
+        await self._compress_and_stage()
         taken = [self.ns.take_catalog_changes()]
         frees: list[ext.RecordKey] = []
         metas: list[ext.RecordKey] = []
@@ -376,8 +372,7 @@ class Journal:
                     layer.append((part, snapshot(self.ns, part)))
                     await trio.lowlevel.checkpoint()
                 layers.append(layer)
-                await self.volumes.ensure_space(records.BLOCK, metadata=True)
-                self._stage()
+                await self._compress_and_stage()
                 taken.append(self.ns.take_catalog_changes())
                 if taken[-1].inode_count + len(taken[-1].parents) <= self.snapshot_part or \
                         len(taken) > SNAPSHOT_ROUNDS:
@@ -410,6 +405,21 @@ class Journal:
                 del layer[-1]
                 await trio.lowlevel.checkpoint()
         return appended, position["volume"], frees + metas
+
+    async def _compress_and_stage(self) -> None:
+        """Before a take of a checkpoint's: compress every xattr blob stored plain, then
+        commit, with no turn of the event loop between, so that the catalog (and the image
+        made from it) gets the blobs small. A blob set plain during a round's parts is
+        taken again by the next round, compressed by then, and the last round is taken at
+        once. Compressing the blobs only before the first take left those set during the
+        snapshot plain in the catalog: compressing them later changed no row (9-12% of
+        an imported Swift tree's blobs, ~440 B each against ~60)."""
+        table = self.ns.table
+        while table.compress_xattrs(limit=64, budget=COMPRESS_SLICE_BYTES):
+            await trio.lowlevel.checkpoint()
+        await self.volumes.ensure_space(records.BLOCK, metadata=True)
+        table.compress_xattrs()  # those set while the log grew, if it had to (a few)
+        self._stage()
 
     def _write_catalog(self, layers: list[Layer], position: dict, dead: list[ext.RecordKey]) -> list:
         """Write the layers' snapshots as one, newest key first (in a worker thread)."""

@@ -142,6 +142,7 @@ def repair_pack(packdir: str, disk: Disk, report: Report, first: State, out: Cal
                 did(f"next inode number set to {ns.next_ino}")
         # One checkpoint of everything recovery and repair changed, at the end of the log.
         ns.take_journal_changes()  # into the catalog's pending changes
+        ns.table.compress_xattrs()  # the catalog gets the xattrs small, as from a mount's checkpoint
         rows, removed, dirents, refs = journal.snapshot(ns, ns.take_catalog_changes().changes())
         position = {"volume": vols.active, "offset": vols.tail, "seq": vols.seq, "next_ino": ns.next_ino}
         # Everything to punch, as (volume, offset, bytes): dead records and damaged blocks.
