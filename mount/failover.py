@@ -8,9 +8,11 @@ The steps the multi-node demo (mount/multinode_demo.py) and its test
   writes handoffs); every acknowledged object reads back while the node is down;
   the node returns, one pass of the replicators (rsync or ssync) puts every
   acknowledged object on each of its primary devices byte for byte, and at most
-  MAX_PASSES passes take the last copies off the handoffs;
+  MAX_PASSES passes take the last copies off the handoffs (a race in Swift itself
+  can leave some there after a pass: see the comment in :func:`failure_round`);
 * :func:`replaced_device_round`: a device is replaced by an empty one and one
-  pass of the replicators refills it;
+  pass of the replicators refills it: every object and every account and
+  container database the rings make it a primary for, and nothing else;
 * :func:`check_listings`: every container lists what was acknowledged in it.
 """
 from __future__ import annotations
@@ -29,7 +31,7 @@ from swiftcluster import ClusterError  # noqa: E402
 from workload import Key, Phase, Stored, body, verify_objects  # noqa: E402
 
 SMALL_MAX = 64 * 1024  # the size of a PUT during a failure: 0 to this
-MAX_PASSES = 3  # replicator passes after a node returns, until no copy is left on a handoff
+MAX_PASSES = 3  # replicator passes after a node returns, until no copy is left on a handoff (not for primaries)
 
 
 @dataclasses.dataclass
@@ -60,8 +62,8 @@ class ReplacedDevice:
     found: int         # objects on the device once it was mounted again empty (0)
     replication: ReplicationPass
     placement: Placement
-    databases: int     # account and container databases back on the device
-    passes: int = 1    # passes until some database was back
+    expected_databases: set[str]  # account and container databases the rings make it a primary for (may be none)
+    databases: int     # account and container databases on the device after the pass: exactly those
 
     @property
     def restored(self) -> int:
@@ -147,9 +149,15 @@ def failure_round(cluster: MultiNodeCluster, node: str, sync_method: str, stored
     passes = 1
     while placement.handoffs and passes < MAX_PASSES:
         # Every primary holds its copy; a handoff partition stays until a pass has synced
-        # all of it to each primary. Seen once (2026-11-29): rsync's receiver on the
-        # returned node got ENOENT from mkstemp in a hash directory it had just made, and
-        # the next pass moved the copy. Not yet understood; counted in `passes`.
+        # all of it to each primary, and a race in Swift itself (not packfs) can stop that:
+        # rsync (run without --temp-dir) makes a hash directory on the returned node, then
+        # mkstemp's its temporary file in it; in between, a `REPLICATE <part>` from another
+        # primary (swift/obj/server.py REPLICATE -> diskfile get_hashes, with no hashes.pkl
+        # yet in the partition rsync just made -> _hash_suffix_dir -> cleanup_ondisk_files)
+        # finds the hash directory empty and rmdirs it, so rsync's receiver gets ENOENT
+        # from mkstemp and the handoff stays until a later pass. Reproduced in isolation
+        # with one concurrent rehash on XFS (9 of 32 rsyncs), ext4 (13/32) and packfs
+        # (20/35). Counted in `passes`.
         passes += 1
         with Phase(phases, f"pass {passes}: {len(placement.handoffs)} copies still on handoffs"):
             cluster.replicate(sync_method)
@@ -163,6 +171,10 @@ def replaced_device_round(cluster: MultiNodeCluster, node: str, device: str, syn
                           stored: Stored, phases: list) -> ReplacedDevice:
     """See the module docstring."""
     expected = sum(cluster.primary_of(c, o, node, device) for c, o in stored.objects)
+    containers = {c for c, _ in stored.objects} | cluster.containers()
+    want_dbs = cluster.database_primaries(node, device, containers)
+    print(f"   the rings make {node}/{device} a primary for {len(want_dbs)} of the {len(containers) + 1} account "
+          f"and container databases", flush=True)
     with Phase(phases, f"{node}/{device} lost: its pack directory removed, mounted again empty"):
         cluster.replace_device(node, device)
         found = cluster.count_files(node, device, ["objects"], ".data")
@@ -173,18 +185,22 @@ def replaced_device_round(cluster: MultiNodeCluster, node: str, device: str, syn
     with Phase(phases, "read every copy on the devices"):
         placement = cluster.placement(on_disk(stored))
     check_placement(placement, f"after {node}/{device} was replaced and one {sync_method} pass")
-    databases, passes = cluster.count_files(node, device, ["accounts", "containers"], ".db"), 1
-    while not databases and passes < MAX_PASSES:
-        # The objects are back after one pass; the databases were not, once in the suite
-        # (2026-11-29, one run in four): the account and container replicators' own pace.
-        passes += 1
-        with Phase(phases, f"pass {passes}: no account or container database back yet"):
-            cluster.replicate(sync_method)
-            databases = cluster.count_files(node, device, ["accounts", "containers"], ".db")
-    result = ReplacedDevice(node, device, expected, found, replication, placement, databases, passes)
-    if result.restored != expected:
-        raise ClusterError(f"{node}/{device}: {result.restored} objects restored, not {expected}")
-    return result
+    # The databases the rings make the device a primary for, and no other: each was on the
+    # other two nodes, whose container and account replicators rsync it whole to a primary
+    # that answers 404 for it, into the device's tmp/ (complete_rsync then renames it into
+    # place with renamer(), which retries its mkdir: the rsync race in failure_round cannot
+    # strand it); nothing made a handoff database here (no client request, and every
+    # device was mounted, while the device was away).
+    # In about one run in 16 of the test (4 databases, each on one of node1's two devices)
+    # the rings give this device none: then none must come back.
+    dbs = cluster.database_files(node, device)
+    if placement.verified[node, device] != expected:
+        raise ClusterError(f"{node}/{device}: {placement.verified[node, device]} objects restored, not {expected}")
+    if dbs != want_dbs:
+        raise ClusterError(f"{node}/{device} after one {sync_method} pass: {len(dbs)} account and container "
+                           f"databases, the rings make it a primary for {len(want_dbs)}; missing "
+                           f"{sorted(want_dbs - dbs)}, not its own {sorted(dbs - want_dbs)}")
+    return ReplacedDevice(node, device, expected, found, replication, placement, want_dbs, len(dbs))
 
 
 def check_placement(placement: Placement, when: str, handoffs_too: bool = True) -> None:

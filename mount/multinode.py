@@ -195,6 +195,18 @@ class MultiNodeCluster:
     def object_ring(self):
         return self.proxy.ring("object")
 
+    @functools.cached_property
+    def account_ring(self):
+        return self.proxy.ring("account")
+
+    @functools.cached_property
+    def container_ring(self):
+        return self.proxy.ring("container")
+
+    def containers(self) -> set[str]:
+        """The account's containers, as its listing through the proxy says."""
+        return {c["name"] for c in self.client().get_account(full_listing=True)[1]}
+
     # ------------------------------------------------- failures and repairs
     def fail_node(self, name: str) -> list[int]:
         """A node crashes: its servers and rsyncd are SIGKILLed, then each packfs daemon
@@ -293,6 +305,28 @@ class MultiNodeCluster:
     def primary_of(self, container: str, obj: str, node: str, device: str) -> bool:
         _, primaries = self.object_ring.get_nodes(self.account, container, obj)
         return any(n["ip"] == self.nodes[node].ip and n["device"] == device for n in primaries)
+
+    def database_primaries(self, node: str, device: str, containers: Iterable[str]) -> set[str]:
+        """The databases the account and container rings make ``node``/``device`` a primary
+        for, of the account and of each of ``containers``: their paths in the device
+        (``accounts/<part>/<suffix>/<hash>/<hash>.db``, ``containers/...``). With one zone
+        per node and 3 replicas, each node holds one replica of every partition, on one of
+        its devices: which one, the rebalance chose at random."""
+        from swift.common.utils import hash_path
+        ip, paths = self.nodes[node].ip, set()
+        for ring, datadir, names in ((self.account_ring, "accounts", [()]),
+                                     (self.container_ring, "containers", [(c,) for c in containers])):
+            for name in names:
+                part, primaries = ring.get_nodes(self.account, *name)
+                if any(n["ip"] == ip and n["device"] == device for n in primaries):
+                    h = hash_path(self.account, *name)
+                    paths.add(f"{datadir}/{part}/{h[-3:]}/{h}/{h}.db")
+        return paths
+
+    def database_files(self, node: str, device: str) -> set[str]:
+        """The account and container databases on the device, as paths in it."""
+        root = self.nodes[node].device(device).mountpoint
+        return {str(p.relative_to(root)) for d in ("accounts", "containers") for p in (root / d).rglob("*.db")}
 
     def count_files(self, node: str, device: str, dirs: Iterable[str], suffix: str) -> int:
         """Files ending in ``suffix`` under the device's ``dirs`` (objects: .data, accounts

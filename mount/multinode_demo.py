@@ -85,8 +85,10 @@ def summary(c: MultiNodeCluster, stored: Stored, before: tuple[int, int], rounds
               f"none left on a handoff" + (f" after {r.passes} passes (the first left some there)" if r.passes > 1 else ""))
     print(f"{replaced.node}/{replaced.device} replaced by an empty disk: one replicator pass (rsync) in "
           f"{replaced.replication.seconds:.1f}s restored {replaced.restored} of {replaced.expected} objects "
-          f"(verified byte for byte) and {replaced.databases} account/container databases"
-          + (f" (after {replaced.passes} passes)" if replaced.passes > 1 else ""))
+          f"(verified byte for byte) and "
+          + (f"{replaced.databases} of {len(replaced.expected_databases)} account/container databases, those the "
+             f"rings make it a primary for" if replaced.expected_databases else
+             "no account/container database: the rings make it a primary for none"))
     print(f"at the end: {len(stored.objects)} acknowledged objects ({verified / 2**20:.1f} MiB) read back through "
           f"the proxy byte for byte, every container listing whole")
     errors = [e for r in rounds for e in r.replication.errors] + replaced.replication.errors
