@@ -43,6 +43,7 @@
  *                asks for security.capability before every cached write to a file.
  *                packfs takes them back whenever they change or the inode goes
  *                (packfs_shim_forget_xattrs), before any later request can see them.
+ *   listxattr    (xattrcache) answered from the same xattrs, as getxattr.
  *   lookup, getattr  (metacache) answered from the inode table itself, in C, when
  *                packfs handed it over (_shimmeta.c); else pyfuse3's run. With
  *                dircache, a readdirplus from offset 0 too: the whole listing, its end
@@ -119,6 +120,7 @@
 #include <unistd.h>
 #include <fuse_lowlevel.h>
 #include <linux/fuse.h>
+#include <linux/limits.h>
 #include "_shimmeta.h"
 
 typedef struct fuse_session *(*session_new_fn)(struct fuse_args *, const struct fuse_lowlevel_ops *,
@@ -141,6 +143,7 @@ static void (*next_read)(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file
 static void (*next_write)(fuse_req_t, fuse_ino_t, const char *, size_t, off_t, struct fuse_file_info *);
 static void (*next_write_buf)(fuse_req_t, fuse_ino_t, struct fuse_bufvec *, off_t, struct fuse_file_info *);
 static void (*next_getxattr)(fuse_req_t, fuse_ino_t, const char *, size_t);
+static void (*next_listxattr)(fuse_req_t, fuse_ino_t, size_t);
 static void (*next_setxattr)(fuse_req_t, fuse_ino_t, const char *, const char *, size_t, int);
 
 #define INODE_HANDLE (1ULL << 63) /* a handle that names an inode, not an open (filesystem.py) */
@@ -322,7 +325,7 @@ static struct {
     unsigned char *blob;
     size_t len;
 } xattrs[XATTR_SLOTS];
-static unsigned long long xattrs_answered;
+static unsigned long long xattrs_answered, listings_of_xattrs_answered;
 
 static uint32_t le(const unsigned char *p, int n)
 {
@@ -351,6 +354,8 @@ static int stored_namespace(const char *name)
  * xattrs still go to packfs, whose first xattr read of a file starts its prefetch. */
 static fuse_ino_t new_files[XATTR_SLOTS];
 
+static int xattrs_at_hand(fuse_ino_t ino);
+
 static void getxattr_cached(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
     unsigned slot = ino % XATTR_SLOTS;
@@ -359,7 +364,7 @@ static void getxattr_cached(fuse_req_t req, fuse_ino_t ino, const char *name, si
         fuse_reply_err(req, ENODATA);
         return;
     }
-    if (xattrs[slot].ino != ino && !(packfs_shim_meta_installed(&ops) && packfs_shim_meta_hand_xattrs(ino))) {
+    if (!xattrs_at_hand(ino)) {
         next_getxattr(req, ino, name, size);
         return;
     }
@@ -389,6 +394,47 @@ static void getxattr_cached(fuse_req_t req, fuse_ino_t ino, const char *name, si
     }
     xattrs_answered++;
     fuse_reply_err(req, ENODATA);
+}
+
+/* Whether ino's xattrs are in its slot: handed over by packfs, or (metacache) taken from
+ * the inode table now. */
+static int xattrs_at_hand(fuse_ino_t ino)
+{
+    return xattrs[ino % XATTR_SLOTS].ino == ino || (packfs_shim_meta_installed(&ops) && packfs_shim_meta_hand_xattrs(ino));
+}
+
+/* listxattr from the same slots: the names, each NUL-terminated, in the order packfs
+ * gives them (rsync -X lists every file it sends or receives). */
+static void listxattr_cached(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+    if (!xattrs_at_hand(ino)) {
+        next_listxattr(req, ino, size);
+        return;
+    }
+    unsigned slot = ino % XATTR_SLOTS;
+    const unsigned char *p = xattrs[slot].blob, *end = p + xattrs[slot].len;
+    char names[XATTR_LIST_MAX];
+    size_t used = 0;
+    while (end - p >= 6) {
+        size_t nlen = le(p, 2), vlen = le(p + 2, 4);
+        if ((size_t)(end - p - 6) < nlen + vlen || used + nlen + 1 > sizeof names)
+            break; /* (the first cannot happen: packfs made the blob) */
+        memcpy(names + used, p + 6, nlen);
+        used += nlen;
+        names[used++] = 0;
+        p += 6 + nlen + vlen;
+    }
+    if (p != end) {
+        next_listxattr(req, ino, size);
+        return;
+    }
+    listings_of_xattrs_answered++;
+    if (size == 0)
+        fuse_reply_xattr(req, used);
+    else if (size < used)
+        fuse_reply_err(req, ERANGE);
+    else
+        fuse_reply_buf(req, names, used);
 }
 
 static void forget_slot(unsigned slot)
@@ -443,7 +489,7 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
     init_seen = init_offers = init_offers_mmap = init_answered = killpriv = direct_mmap = 0;
     int dircache = want_dircache && op->opendir && op->readdirplus;
     int filecache = want_filecache && op->open && op->release && op->read && op->write && op->write_buf;
-    int xattrcache = want_xattrcache && op->getxattr;
+    int xattrcache = want_xattrcache && op->getxattr && op->listxattr;
     int fallocate = want_fallocate && op->setxattr && op->fallocate == NULL &&
                     getrandom(fallocate_token, TOKEN_SIZE, 0) == TOKEN_SIZE;
     int metacache = want_metacache && op->lookup && op->getattr;
@@ -472,7 +518,9 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
     }
     if (xattrcache) {
         next_getxattr = op->getxattr;
+        next_listxattr = op->listxattr;
         ops.getxattr = getxattr_cached;
+        ops.listxattr = listxattr_cached;
     }
     if (fallocate) {
         next_setxattr = op->setxattr;
@@ -781,6 +829,11 @@ void packfs_shim_forget_xattrs(uint64_t ino)
 void packfs_shim_note_new(uint64_t ino)
 {
     new_files[ino % XATTR_SLOTS] = ino;
+}
+
+unsigned long long packfs_shim_listxattrs_answered(void)
+{
+    return listings_of_xattrs_answered;
 }
 
 unsigned long long packfs_shim_xattrs_answered(void)

@@ -205,6 +205,7 @@ class Daemon:
                         "listing_ends_answered_in_shim": fuseshim.ends_answered(),
                         "xattrs_from_shim": fuseshim.caches_xattrs(),
                         "xattrs_answered_in_shim": fuseshim.xattrs_answered(),
+                        "listxattrs_answered_in_shim": fuseshim.listxattrs_answered(),
                         "ioctls_counted": fuseshim.installed(),
                         "ioctls_answered_in_shim": fuseshim.ioctls_answered(),
                         "metadata_from_shim": fuseshim.answers_metadata(),

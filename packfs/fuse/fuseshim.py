@@ -126,6 +126,7 @@ if _lib is not None:
     _lib.packfs_shim_note_new.argtypes = [ctypes.c_uint64]
     _lib.packfs_shim_note_new.restype = None
     _lib.packfs_shim_xattrs_answered.restype = ctypes.c_ulonglong
+    _lib.packfs_shim_listxattrs_answered.restype = ctypes.c_ulonglong
     _lib.packfs_shim_tmpfiles.restype = ctypes.c_ulonglong
     _lib.packfs_shim_ioctls_answered.restype = ctypes.c_ulonglong
     _lib.packfs_shim_stage.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int]
@@ -299,6 +300,11 @@ def note_new(ino: int) -> None:
 def forget_xattrs(ino: int) -> None:
     """The xattrs of `ino` changed or it went: stop answering from what cache_xattrs gave."""
     _lib.packfs_shim_forget_xattrs(ino)  # type: ignore[union-attr]
+
+
+def listxattrs_answered() -> int:
+    """Listxattr requests the library answered (they reach no handler)."""
+    return int(_lib.packfs_shim_listxattrs_answered()) if _lib is not None else 0
 
 
 def xattrs_answered() -> int:

@@ -395,7 +395,10 @@ class Operations(pyfuse3.Operations):
 
     @_op
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> Sequence[bytes]:
-        return await self.fs.listxattr(inode)
+        """The shim answers the next listxattrs and getxattrs of the inode (see getxattr)."""
+        names = await self.fs.listxattr(inode)
+        self._hand_xattrs(inode)
+        return names
 
     @_op
     async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext) -> None:

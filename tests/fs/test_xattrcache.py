@@ -19,6 +19,8 @@ from mounts import mounted, requests_served, stats
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.getxattr.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t]
 _libc.getxattr.restype = ctypes.c_ssize_t
+_libc.listxattr.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t]
+_libc.listxattr.restype = ctypes.c_ssize_t
 
 
 def _getxattr(path, name: str, size: int) -> int | bytes:
@@ -137,3 +139,35 @@ def test_xattrs_past_the_cache_limit_are_answered_by_packfs(mnt):
         for name, value in values.items():
             assert os.getxattr(f, name) == value
     assert _in_shim(mnt) == before
+
+
+def _listxattr(path, size: int) -> int | bytes:
+    """listxattr(2) with a buffer of `size` bytes: the names' size when size is 0, else the names."""
+    buf = ctypes.create_string_buffer(size) if size else None
+    n = _libc.listxattr(os.fsencode(path), buf, size)
+    if n < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return n if not size else buf.raw[:n]
+
+
+def test_listxattr_comes_from_the_shim_and_stays_right(mnt):
+    f, bare = mnt / "obj.data", mnt / "bare"
+    f.write_bytes(b"data")
+    bare.write_bytes(b"")
+    names = ["user.swift.metadata", "user.swift.metadata_checksum", "trusted.t", "user.x" * 40]
+    for i, name in enumerate(names):
+        os.setxattr(f, name, b"v" * i)
+    assert os.listxattr(f) == names  # packfs's order: as set
+    before, served = stats(mnt)["listxattrs_answered_in_shim"], requests_served(mnt).get("listxattr", 0)
+    want = b"".join(n.encode() + b"\0" for n in names)
+    assert _listxattr(f, 0) == len(want)
+    assert _listxattr(f, 4096) == want
+    with pytest.raises(OSError) as e:
+        _listxattr(f, len(want) - 1)
+    assert e.value.errno == errno.ERANGE
+    assert os.listxattr(bare) == [] and os.listxattr(bare) == []
+    assert stats(mnt)["listxattrs_answered_in_shim"] - before >= 4
+    assert requests_served(mnt).get("listxattr", 0) - served <= 1, "only a first listxattr of `bare` reaches packfs"
+    os.removexattr(f, "trusted.t")  # a change is seen at once
+    assert os.listxattr(f) == [n for n in names if n != "trusted.t"]
