@@ -356,6 +356,18 @@ static fuse_ino_t new_files[XATTR_SLOTS];
 
 static int xattrs_at_hand(fuse_ino_t ino);
 
+/* A getxattr's or listxattr's answer of n bytes to a request for `size`: the size for a
+ * probe (size 0), ERANGE if they do not fit. */
+static void reply_xattr(fuse_req_t req, const char *buf, size_t n, size_t size)
+{
+    if (size == 0)
+        fuse_reply_xattr(req, n);
+    else if (size < n)
+        fuse_reply_err(req, ERANGE);
+    else
+        fuse_reply_buf(req, buf, n);
+}
+
 static void getxattr_cached(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
     unsigned slot = ino % XATTR_SLOTS;
@@ -378,12 +390,7 @@ static void getxattr_cached(fuse_req_t req, fuse_ino_t ino, const char *name, si
         const unsigned char *v = n + nlen;
         if (nlen == want && memcmp(n, name, nlen) == 0) {
             xattrs_answered++;
-            if (size == 0)
-                fuse_reply_xattr(req, vlen);
-            else if (size < vlen)
-                fuse_reply_err(req, ERANGE);
-            else
-                fuse_reply_buf(req, (const char *)v, vlen);
+            reply_xattr(req, (const char *)v, vlen, size);
             return;
         }
         p = v + vlen;
@@ -429,12 +436,7 @@ static void listxattr_cached(fuse_req_t req, fuse_ino_t ino, size_t size)
         return;
     }
     listings_of_xattrs_answered++;
-    if (size == 0)
-        fuse_reply_xattr(req, used);
-    else if (size < used)
-        fuse_reply_err(req, ERANGE);
-    else
-        fuse_reply_buf(req, names, used);
+    reply_xattr(req, names, used, size);
 }
 
 static void forget_slot(unsigned slot)
