@@ -9,9 +9,11 @@ import os
 import pickle
 import stat
 import struct
-import types
 import time
+import types
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pyfuse3
 import pytest
@@ -56,6 +58,17 @@ def test_named_attributes_are_what_c_reads() -> None:
                        (PackedEntries, ["names", "inos", "width"])):
         for name in names:  # a property would run Python code where C reads it
             assert not isinstance(getattr(obj, name, None), property), name
+
+
+@contextmanager
+def _serving(table: object, volumes: object, entry_timeout: float, attr_timeout: float, getattr_too: bool,
+             atime: str) -> Iterator[None]:
+    """The shim answers from this table in the block, and from none after it."""
+    fuseshim.serve_metadata(table, volumes, entry_timeout, attr_timeout, getattr_too, atime)
+    try:
+        yield
+    finally:
+        fuseshim.serve_metadata(None, None, 0, 0, False, "noatime")
 
 
 def _python(a: pyfuse3.EntryAttributes, entry: bool) -> tuple[int, ...]:
@@ -130,9 +143,8 @@ def test_c_answers_as_python(tmp_path: Path) -> None:
         ops = Operations(fs)
         await _tree(fs)
         t = fs.ns.table
-        fuseshim.serve_metadata(t, fs.volumes, 120.0, 60.0, getattr_too=True, atime="noatime")
         ops._entry_timeout, ops._attr_timeout = 120.0, 60.0
-        try:
+        with _serving(t, fs.volumes, 120.0, 60.0, getattr_too=True, atime="noatime"):
             answered: set[str] = set()
             for parent, name in _names(fs):
                 child = t.child(parent, name)
@@ -161,8 +173,6 @@ def test_c_answers_as_python(tmp_path: Path) -> None:
             assert served <= answered, served - answered
             assert "chr" not in answered and "over" not in answered  # left to Python
             assert fuseshim.meta_getattr(ROOT + 10**6) is None
-        finally:
-            fuseshim.serve_metadata(None, None, 0, 0, False, "noatime")
 
     with_filesystem(tmp_path, body)
 
@@ -170,12 +180,9 @@ def test_c_answers_as_python(tmp_path: Path) -> None:
 def test_nothing_answered_without_a_table(tmp_path: Path) -> None:
     async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
         await _tree(fs)
-        fuseshim.serve_metadata(fs.ns.table, fs.volumes, 1.0, 1.0, getattr_too=False, atime="noatime")
-        try:
+        with _serving(fs.ns.table, fs.volumes, 1.0, 1.0, getattr_too=False, atime="noatime"):
             assert fuseshim.meta_lookup(ROOT, b"dir")[0] == 1
             assert fuseshim.meta_getattr(ROOT) is None, "GETATTR is Python's while files may be staged"
-        finally:
-            fuseshim.serve_metadata(None, None, 0, 0, False, "noatime")
         assert fuseshim.meta_lookup(ROOT, b"dir") == (0, ())
 
     with_filesystem(tmp_path, body)
@@ -205,8 +212,7 @@ def test_whole_listings_as_python(tmp_path: Path) -> None:
     async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
         await _tree(fs)
         t = fs.ns.table
-        fuseshim.serve_metadata(t, fs.volumes, 120.0, 60.0, getattr_too=True, atime="noatime")
-        try:
+        with _serving(t, fs.volumes, 120.0, 60.0, getattr_too=True, atime="noatime"):
             whole = set()
             for d in [ino for ino in t.inos() if t.mode_of(ino) & 0o170000 == stat.S_IFDIR]:
                 children = fs.ns.listdir(d)
@@ -226,8 +232,6 @@ def test_whole_listings_as_python(tmp_path: Path) -> None:
             names = {fs.ns.lookup(ROOT, n).ino for n in (b"dir", b"empty", b"abc", b"lone")}
             assert names <= whole, "small listings are answered whole"
             assert fs.ns.lookup(ROOT, b"big").ino not in whole and ROOT not in whole  # (ROOT holds a device)
-        finally:
-            fuseshim.serve_metadata(None, None, 0, 0, False, "noatime")
 
     with_filesystem(tmp_path, body)
 
@@ -244,11 +248,8 @@ def test_a_listing_that_sets_atime_is_left_to_python(tmp_path: Path) -> None:
                                            ("relatime", now - day - s, now - 3 * day, True),  # a day old
                                            ("relatime", now - s, now - 2 * s, False), ("noatime", 0, now, False)):
             d.set_times(atime, mtime, mtime)
-            fuseshim.serve_metadata(fs.ns.table, fs.volumes, 1.0, 1.0, getattr_too=True, atime=rule)
-            try:
+            with _serving(fs.ns.table, fs.volumes, 1.0, 1.0, getattr_too=True, atime=rule):
                 assert (fuseshim.meta_listing(d.ino, 4096) is None) == python, (rule, atime)
-            finally:
-                fuseshim.serve_metadata(None, None, 0, 0, False, "noatime")
 
     with_filesystem(tmp_path, body)
 
@@ -276,8 +277,7 @@ def test_reads_answered_as_python(tmp_path: Path) -> None:
         v = fs.volumes  # what C reads of the Volumes (tablelayout.STORE), as it reads them
         assert (type(v.fds), type(v._inflight), type(v.pack_id)) == (dict, dict, int)
         assert not any(isinstance(getattr(type(v), name, None), property) for name in tablelayout.STORE.values())
-        fuseshim.serve_metadata(t, fs.volumes, 120.0, 60.0, getattr_too=True, atime="noatime")
-        try:
+        with _serving(t, fs.volumes, 120.0, 60.0, getattr_too=True, atime="noatime"):
             answered = set()
             for ino in [i for i in t.inos() if t.mode_of(i) & 0o170000 == stat.S_IFREG]:
                 for size, offset in ((1, 0), (4096, 0), (131072, 0), (10, 4090), (4096, 4096), (100, 1 << 30)):
@@ -318,8 +318,6 @@ def test_reads_answered_as_python(tmp_path: Path) -> None:
             with pytest.raises(FsError) as e:
                 await _python_read(fs, victim, 4096, 0)
             assert e.value.errno == errno.EIO, "Python says EIO, and logs why"
-        finally:
-            fuseshim.serve_metadata(None, None, 0, 0, False, "noatime")
 
     with_filesystem(tmp_path, body)
 
@@ -333,16 +331,10 @@ def test_a_read_that_sets_atime_is_left_to_python(tmp_path: Path) -> None:
         node.set_times(now - 3 * 10**9, now - 2 * 10**9, now - 2 * 10**9)  # atime older than mtime
         for rule, noatime, python in (("relatime", False, True), ("relatime", True, False),
                                       ("strictatime", False, True), ("noatime", False, False)):
-            fuseshim.serve_metadata(fs.ns.table, fs.volumes, 1.0, 1.0, getattr_too=True, atime=rule)
-            try:
+            with _serving(fs.ns.table, fs.volumes, 1.0, 1.0, getattr_too=True, atime=rule):
                 assert (fuseshim.meta_read(ino, 100, 0, noatime) is None) == python, (rule, noatime)
-            finally:
-                fuseshim.serve_metadata(None, None, 0, 0, False, "noatime")
-        fuseshim.serve_metadata(fs.ns.table, fs.volumes, 1.0, 1.0, getattr_too=False, atime="noatime")
-        try:
+        with _serving(fs.ns.table, fs.volumes, 1.0, 1.0, getattr_too=False, atime="noatime"):
             assert fuseshim.meta_read(ino, 100, 0) is None, "a READ is Python's while files may be staged"
-        finally:
-            fuseshim.serve_metadata(None, None, 0, 0, False, "noatime")
 
     with_filesystem(tmp_path, body)
 
@@ -369,8 +361,7 @@ def test_xattrs_taken_as_python(tmp_path: Path) -> None:
             pass
         fresh = _swift_object(fs, b"fresh", 9)  # set plain, not compressed yet
         assert all(is_compressed(t.packed_xattrs(i)) and t.packed_xattrs(i)[:2] == SWIFT_FORM_PREFIX for i in swift)
-        fuseshim.serve_metadata(t, fs.volumes, 1.0, 1.0, getattr_too=True, atime="noatime")
-        try:
+        with _serving(t, fs.volumes, 1.0, 1.0, getattr_too=True, atime="noatime"):
             taken = set()
             for ino in t.inos():
                 c = fuseshim.meta_xattrs(ino)
@@ -384,7 +375,5 @@ def test_xattrs_taken_as_python(tmp_path: Path) -> None:
             t._xnew = None
             t.kid[swift[1]] = IN_CATALOG  # as with xattrs_in_memory off, once checkpointed
             assert fuseshim.meta_xattrs(swift[1]) is None, "values only the catalog holds are Python's"
-        finally:
-            fuseshim.serve_metadata(None, None, 0, 0, False, "noatime")
 
     with_filesystem(tmp_path, body)
