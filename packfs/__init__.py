@@ -14,6 +14,6 @@ Layers, top to bottom; imports only point down (tests/unit/test_layers.py checks
 """
 
 __version__ = "0.1.0"
-FORMAT_VERSION = 5  # 2: xattrs may be stored compressed (xattrblob); 3: with a second dictionary; 4: in the Swift form;
-# 5: a META row may log a long extent map as its edits
-READABLE_FORMATS = (1, 2, 3, 4, 5)  # an older pack is upgraded in place when it is mounted
+FORMAT_VERSION = 6  # 2: xattrs may be stored compressed (xattrblob); 3: with a second dictionary; 4: in the Swift form;
+# 5: a META row may log a long extent map as its edits; 6: a DATA record may carry its file's xattrs
+READABLE_FORMATS = (1, 2, 3, 4, 5, 6)  # an older pack is upgraded in place when it is mounted

@@ -16,6 +16,7 @@ import apsw
 from .. import FORMAT_VERSION, READABLE_FORMATS
 from ..namespace import image
 from ..namespace.inoderow import InodeRow
+from ..namespace.xattrstore import IN_CATALOG, IN_RECORD, IN_RECORD_ROW
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -121,9 +122,12 @@ class Catalog:
         self._put({"image": token})
 
     def inode_rows(self, xattrs: bool = True) -> Iterator[InodeRow]:
-        """Every inode row; without xattrs, 1 or 0 in their place: whether there are any (see xattrs_of)."""
+        """Every inode row; without xattrs, where they are in their place: 0 none, 1 here
+        (IN_CATALOG: see xattrs_of), 2 in the file's record (IN_RECORD)."""
+        where = (f"CASE WHEN xattrs IS NULL THEN 0 WHEN xattrs = x'{IN_RECORD_ROW.hex()}' THEN {IN_RECORD} "
+                 f"ELSE {IN_CATALOG} END")
         return self.db.execute("SELECT ino, mode, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, "
-                               f"{'xattrs' if xattrs else 'xattrs IS NOT NULL'}, extents, parent FROM inodes")
+                               f"{'xattrs' if xattrs else where}, extents, parent FROM inodes")
 
     def xattrs_of(self, ino: int) -> bytes | None:
         """One inode's packed xattrs as of the last checkpoint; from any thread.

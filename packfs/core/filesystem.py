@@ -249,13 +249,13 @@ class Filesystem:
             return self.ns.getxattr(ino, name)
 
     async def _fetch_xattrs(self, ino: int) -> None:
-        """With noxattrs_in_memory, read a file's xattrs from the catalog in a worker thread:
-        on a cold cache the read waits for the disk, and on the event loop every other
-        request would wait behind it."""
+        """With noxattrs_in_memory, read a file's xattrs from its record or the catalog in a
+        worker thread: on a cold cache the read waits for the disk, and on the event loop
+        every other request would wait behind it."""
         t = self.ns.table
         if t.xattrs_to_fetch(ino):
             epoch = t.xattr_epoch
-            x = await trio.to_thread.run_sync(t.fetch_xattrs, ino, limiter=self._catalog_reads)
+            x = await trio.to_thread.run_sync(t.xattr_fetcher(ino), limiter=self._catalog_reads)
             t.keep_fetched(ino, x, epoch)
 
     def _warm(self, ino: int) -> None:
@@ -436,12 +436,13 @@ class Filesystem:
         """What `packfs stats` shows. The counts over every inode take a range of slots per
         turn of the event loop (~20 ms): at once they held it ~0.33 s at 600,000 inodes."""
         t = self.ns.table
-        dirs = files = size = live_bytes = xattrs = 0
+        dirs = files = size = live_bytes = xattrs = in_records = 0
         held: list[int] = []
         for start in range(0, len(t.kind), STATS_PART):
             d, f, n = t.usage(start, start + STATS_PART)
             dirs, files, size = dirs + d, files + f, size + n
             xattrs += t.xattrs_in_memory(start, start + STATS_PART)
+            in_records += t.xattrs_in_records(start, start + STATS_PART)
             live_bytes += sum(map(records.footprint, t.record_lengths(start, start + STATS_PART)))
             held += t.nameless(start, start + STATS_PART)
             await trio.lowlevel.checkpoint()
@@ -470,7 +471,8 @@ class Filesystem:
             "checkpoints": self.journal.checkpoints,
             "last_checkpoint_seconds": round(self.journal.last_checkpoint_seconds, 3),
             "dirty_bytes": self.wb.dirty_bytes,
-            "xattr_values_in_memory": xattrs,  # others are read from the catalog
+            "xattr_values_in_memory": xattrs,  # others are read from the files' records or the catalog
+            "xattr_values_in_records": in_records,
             "column_bytes": t.column_bytes(),
             # Files with no name kept because an open handle or the kernel still holds them
             # (each goes at its last release or forget; a mount drops any left over).

@@ -202,6 +202,7 @@ def open_pack(path: str, disk: Disk, volume_size: int, cache_bytes: int, xattrs_
     # catalog (Catalog.checkpoint forgets it): a crash before then recovers from it too.
     loaded = time.monotonic() - started
     volumes = Volumes(disk, os.path.join(path, VOLUMES), info["pack_id"], volume_size, cache_bytes)
+    ns.table.read_trailer = volumes.read_trailer
     s = catalog.settings
     # Punches the last run made after its checkpoint may have been lost in a crash.
     volumes.punch_now(catalog.dead_records(), s["volume"])

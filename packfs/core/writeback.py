@@ -200,12 +200,18 @@ class WriteBehind:
             self.flush(node)
 
     def _append(self, node: Inode, buf: Buffer, n: int) -> None:
-        """Append the run's first n bytes as one record (they stay in the run if that fails)."""
-        offset = buf.start
-        vol, roff, _ = self.volumes.append(records.DATA, node.ino, offset, *buf.first(n))
+        """Append the run's first n bytes as one record (they stay in the run if that fails).
+        A record that is the whole file carries its xattrs too, where they fit and are to
+        leave memory (InodeTable.trailer_for)."""
+        offset, table = buf.start, self.ns.table
+        whole = offset == 0 and n == node.size
+        trailer = table.trailer_for(node.ino, n) if whole else b""
+        vol, roff, _ = self.volumes.append(records.DATA, node.ino, offset, *buf.first(n), trailer=trailer)
         buf.consume(n)
         self.dirty_bytes -= n
         self.ns.map_extent(node, (offset, n, vol, roff, 0, n))
+        if trailer:
+            table.wrote_trailer(node.ino)
 
     def _drop(self, node: Inode) -> None:
         if node.wbuf is not None:

@@ -65,6 +65,7 @@ def check_pack(packdir: str, disk: Disk, report: Report, progress: Progress = QU
         progress.step(f"{len(scan.records):,} records read; loading the catalog and replaying the log")
         ns = load_namespace(catalog)
         vols = Volumes(ro, voldir, st.pack_id, 1 << 62, 0)
+        ns.table.read_trailer = vols.read_trailer
         try:
             rec = replay(ns, vols, s["volume"], s["offset"], s["seq"])
             st.end = (vols.active, vols.tail)
@@ -73,14 +74,16 @@ def check_pack(packdir: str, disk: Disk, report: Report, progress: Progress = QU
             report.findings.append(Finding("damaged-log", f"mount refuses this pack: {e}"))
             st.tolerant = True
             ns = load_namespace(catalog)
+            ns.table.read_trailer = vols.read_trailer
             st.end, _, _, stale = replay_tolerant(ns, vols, s["volume"], s["offset"], s["seq"], scan)
             for ino in sorted(stale):
                 report.findings.append(Finding(
                     "stale-map", f"inode {ino}: its extent map was logged as edits after a damaged record, so "
                     "it may show older contents where a commit the damage took changed it"))
             release_orphans(ns)
-        finally:
+        except BaseException:
             vols.close()
+            raise
         st.ns = ns
         tail_records = [r for k, r in scan.records.items() if k >= st.end]
         tail_garbage = [g for g in scan.garbage if (g[0], g[1]) >= st.end]
@@ -100,7 +103,10 @@ def check_pack(packdir: str, disk: Disk, report: Report, progress: Progress = QU
             st.tolerant = True
         to_free = set(ns.frees) | dead_listed(catalog)
         progress.step(f"cross-checking {len(ns):,} inodes against the records")
-        report.findings += cross_check(ns, scan, st.catalog_pos, st.end, to_free)
+        try:
+            report.findings += cross_check(ns, scan, st.catalog_pos, st.end, to_free)  # (it reads records' xattrs)
+        finally:
+            vols.close()
         report.directories, report.files, _ = ns.table.usage()
     finally:
         catalog.close()

@@ -43,6 +43,7 @@ def repair_pack(packdir: str, disk: Disk, report: Report, first: State, out: Cal
         listed = dead_listed(catalog)
         progress.step("repairing: loading the catalog and replaying the log")
         ns = load_namespace(catalog)
+        ns.table.read_trailer = vols.read_trailer
         replayed: list = []
         if not first.tolerant:
             rec = replay(ns, vols, s["volume"], s["offset"], s["seq"])

@@ -867,8 +867,8 @@ static PyObject *plain_blob(const unsigned char *s, size_t n)
 }
 
 /* ino's xattrs, packed plain, as InodeTable.plain_xattrs gives them: a new reference to
- * bytes (b"": none); NULL if C leaves them to Python: values only the catalog holds
- * (xattrs_in_memory off), a compaction of the arena under way, a form C does not decode. */
+ * bytes (b"": none); NULL if C leaves them to Python: values only the catalog or the
+ * file's record holds (xattrs_in_memory off), a compaction of the arena under way, a form C does not decode. */
 static PyObject *table_xattrs(uint64_t ino)
 {
     if (table == NULL)
@@ -888,7 +888,7 @@ static PyObject *table_xattrs(uint64_t ino)
     PyObject *xnew = attr(table, TL_XATTR_COMPACTING_ATTR);
     ok = ok && xnew == Py_None;
     Py_XDECREF(xnew);
-    if (!ok || ref == (int64_t)TL_IN_CATALOG)
+    if (!ok || ref == (int64_t)TL_IN_CATALOG || ref == (int64_t)TL_IN_RECORD)
         return NULL;
     if (ref == 0) { /* none, unless set plain and not compressed yet */
         PyObject *v;

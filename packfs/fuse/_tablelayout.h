@@ -31,6 +31,7 @@
 #define TL_RECORD_PACK_ID_AT 40ULL
 #define TL_RECORD_HEADER_CRC_AT 44ULL
 #define TL_IN_CATALOG 1ULL
+#define TL_IN_RECORD 2ULL
 #define TL_CACHED_XATTRS_MAX 65536ULL
 #define TL_STAMP_EXTS {".data", ".meta", ".ts"}
 #define TL_STAMP_EXT_COUNT 3

@@ -70,6 +70,7 @@ CONSTANTS: dict[str, int] = {
                                                                              "pack_id")},
     "TL_RECORD_HEADER_CRC_AT": records.HEADER.size,
     "TL_IN_CATALOG": xattrstore.IN_CATALOG,
+    "TL_IN_RECORD": xattrstore.IN_RECORD,
     "TL_CACHED_XATTRS_MAX": CACHED_XATTRS_MAX,
 }
 RECORD_MAGIC = records.MAGIC

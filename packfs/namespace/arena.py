@@ -147,14 +147,15 @@ class CountedArena(Arena):
     2 against 64 B at 8, but after 20 rounds of replacing a tenth of them (longer names
     each round) 83.3 B against 64 B.
 
-    The first grain is never a string's, so reference 1 names none: its holder may give
-    it a meaning of its own (the inode table's IN_CATALOG).
+    The first RESERVED_REFS grains are never a string's, so references 1 and 2 name none:
+    their holder may give them meanings of its own (the inode table's IN_CATALOG and
+    IN_RECORD).
     """
 
     def __init__(self, grain: int = 1) -> None:
         super().__init__(grain)
-        self.data += _ZEROS[:grain]
-        self.used += grain
+        self.data += _ZEROS[:grain * RESERVED_REFS]
+        self.used += grain * RESERVED_REFS
 
     def put(self, value: bytes) -> int:
         if not 0 < len(value) <= COUNTED_MAX_LEN:
@@ -187,4 +188,5 @@ class CountedArena(Arena):
             super().release(start << LEN_BITS | (off - start + n))
 
 
+RESERVED_REFS = 2  # CountedArena references that name no string (see there)
 COUNTED_MAX_LEN = MAX_LEN - 4  # a string this long has a 4-byte prefix: the whole fits an Arena string

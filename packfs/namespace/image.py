@@ -39,7 +39,7 @@ from .inodes import InodeTable
 log = logging.getLogger(__name__)
 
 FILENAME = "namespace.img"
-VERSION = 10
+VERSION = 11  # 11: `kid` may be IN_RECORD, and the arenas keep two grains for no string
 _MAGIC = b"PKFSIMG\0"
 # magic, version, flags, token, the catalog stamp (volume, offset, seq, next_ino), slots, live inodes
 _HEADER = struct.Struct("<8sIIQ4QQQ")
@@ -109,7 +109,7 @@ def _sections(table: InodeTable, slots: int) -> Iterator[bytes | memoryview]:
     """The payloads, one at a time (the largest is built only when its turn comes)."""
     # `kname` names a string only for directories (a regular file's holds its record).
     # The xattr references are `kid` for anything but a directory, then the directories'
-    # (`dir_xat`), and name no string where they are IN_CATALOG.
+    # (`dir_xat`), and name no string where they are IN_CATALOG or IN_RECORD.
     names, kname = _compact(table.names, table.kname[:slots], lambda: table.of_type(stat.S_IFDIR, 0, slots))
     refs, naming = table.xattr_refs(slots)
     xblobs, refs = _compact(table.xblobs, refs, naming)

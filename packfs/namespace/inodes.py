@@ -29,7 +29,7 @@ from .dirents import PACKED_MAX, PackedEntries, name_of, pack_small, small_get, 
 from .inoderow import InodeRow
 from .offsettimes import FAR, OffsetTimes
 from .xattrblob import iter_xattrs, pack_xattrs, unpack_xattrs
-from .xattrstore import IN_CATALOG, XattrStore
+from .xattrstore import IN_CATALOG, IN_RECORD, IN_RECORD_ROW, XattrStore
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ ROOT = 1
 # A slot is 30 B. `kid` and `kname` hold a directory's one entry. In anything else,
 # `kname` holds a regular file's one whole record (as `rec`; its length is the file's
 # size) and `kid` the inode's xattrs (as `xat`: a CountedArena reference, or
-# IN_CATALOG; a directory's are in the `dir_xat` dict). No inode needs both, so they
+# IN_CATALOG or IN_RECORD; a directory's are in the `dir_xat` dict). No inode needs both, so they
 # share the columns. `kname` is u32 until a value needs more (see set_kname), and `kid`
 # until an xattr reference does (past 32 GiB of xattr values). `kind`
 # numbers a (mode, uid, gid, nlink) kind in `kinds`: a disk's inodes have a few dozen
@@ -273,6 +273,7 @@ class InodeTable(XattrStore):
             return
         old = self.size[ino]  # (a whole record's file is below the column's top)
         if self.kname[ino] and value != old:
+            self._leave_record(ino)
             self.extents[ino] = ext.pack(self.extent_list(ino))  # type: ignore[assignment]
             self.kname[ino] = 0
         self.set_narrow("size", ino, value)
@@ -435,6 +436,9 @@ class InodeTable(XattrStore):
             if (old & _IFMT != _IFREG and strict) or mode & _IFMT != _IFREG:
                 raise ValueError(f"a journal row edits the extent map of inode {ino}, which has none")
             extents = ext.replay_edits(self.extent_list(ino) if old & _IFMT == _IFREG else [], extents)
+        if old & _IFMT == _IFREG and self.kid[ino] == IN_RECORD:
+            self.kid[ino] = 0  # (the row says where its xattrs are: its map may change first)
+        self._trailers.pop(ino, None)
         if old == 0:
             self.live += 1
         elif old & _IFMT != mode & _IFMT:  # a number reused for another type: drop what the old one kept
@@ -452,15 +456,20 @@ class InodeTable(XattrStore):
         self.set_times(ino, atime, mtime, ctime)
         self._set_sparse(self.rdev, ino, rdev)
         self._set_sparse(self.target, ino, target)
-        self.set_xattrs(ino, xattrs)
+        in_record = xattrs == IN_RECORD_ROW
+        self.set_xattrs(ino, None if in_record else xattrs)
         if mode & _IFMT == _IFREG:
             self.set_extents(ino, extents if isinstance(extents, list) else
                              ext.unpack(extents) if extents else None)
+        if in_record:
+            if mode & _IFMT != _IFREG or not self.kname[ino]:
+                raise ValueError(f"a row says inode {ino}'s record carries its xattrs, and it has no one whole record")
+            self.kid[ino] = IN_RECORD
 
     def load_all(self, rows: Iterable[InodeRow], top: int) -> None:
         """Fill empty slots from catalog rows, inode numbers below top: the mount's bulk
         load, about twice as fast as load() per row. Unless keep_xattrs, the rows' xattrs
-        field only says whether the catalog holds any (1 or 0): the values stay there."""
+        field only says where the values are, which stay there: IN_CATALOG, IN_RECORD or 0."""
         self.grow(top)
         kind = self.kind
         size, mtime = self.size, self.mtime
@@ -499,7 +508,7 @@ class InodeTable(XattrStore):
             else:
                 self.set_narrow("size", ino, length)
             if x:
-                ref = IN_CATALOG if add is None else add(x)
+                ref = x if add is None else IN_RECORD if x == IN_RECORD_ROW else add(x)  # (1: IN_CATALOG)
                 if is_dir:
                     dir_xat[ino] = ref
                 else:
@@ -579,7 +588,7 @@ class InodeTable(XattrStore):
         extents = (self.packed_extents(ino) if edits is None else edits) if stat.S_ISREG(mode) else None
         return (ino, mode, uid, gid, self.nlink_of(ino), 0 if is_dir else self.get_narrow("size", ino),
                 *self.times(ino), self.rdev.get(ino, 0),
-                self.target.get(ino), self.packed_xattrs(ino), extents, self.size[ino] if is_dir else 0)
+                self.target.get(ino), self.row_xattrs(ino), extents, self.size[ino] if is_dir else 0)
 
     def drop(self, ino: int) -> None:
         """Free a slot and everything kept for it."""
@@ -593,7 +602,7 @@ class InodeTable(XattrStore):
         self.xattr_epoch += 1
         self.lookups[ino] = 0
         for sparse in (self.rdev, self.target, self._fetched, self._plain, self.extents, self.opens, self.wbuf,
-                       self.wide_nlink):
+                       self.wide_nlink, self._trailers):
             sparse.pop(ino, None)
         self.atimes.clear(ino)
         self.ctimes.clear(ino)
@@ -650,6 +659,8 @@ class InodeTable(XattrStore):
         `rec` only if it is as long as the file)."""
         only = value[0] if value and len(value) == 1 else None
         r = self._rec(only) if only and only[1] == self.size[ino] else 0
+        if r != self.kname[ino]:
+            self._leave_record(ino)
         self.set_kname(ino, r)
         if r:
             self.extents.pop(ino, None)

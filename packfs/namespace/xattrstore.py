@@ -2,10 +2,17 @@
 
 An inode's xattrs are one packed blob (xattrblob.py), named by its `kid` column (as
 `xat`); a directory's `kid` holds an entry, so a directory's reference is in the
-`dir_xat` dict. A reference is a string of the `xblobs` arena, 0 for none, or IN_CATALOG
-when only the catalog holds the value: with `keep_xattrs` off a checkpoint lets go of the
-values it wrote (`checkpointed`), which saves Swift's metadata, the largest thing an
-object has, at the price of a catalog read on a cold GET (`packed_xattrs`). setxattr
+`dir_xat` dict. A reference is a string of the `xblobs` arena, 0 for none, IN_CATALOG
+when only the catalog holds the value, or IN_RECORD when a regular file's one whole
+record carries it in its padding (records.XATTRS). With `keep_xattrs` off a checkpoint
+lets go of the values it wrote (`checkpointed`), which saves Swift's metadata, the
+largest thing an object has: a Swift object's metadata is then read from its record,
+with the read its GET makes anyway, and only values no record carries cost a catalog
+read (`packed_xattrs`). A value goes to a record when the file's bytes are flushed as one
+record with its xattrs already set (`trailer_for`, Swift's PUT: write, fsetxattr, fsync);
+from the checkpoint that takes it on, its rows in the catalog and the log say IN_RECORD_ROW
+instead of the value. A file whose map or size changes gets its value back in memory
+first (`_leave_record`), so IN_RECORD always means the record the map names. setxattr
 stores Swift's blobs plain (`_plain`) and the journal's background compressor compresses
 them a turn later (`compress_xattrs`); freed arena space is compacted in parts once it
 outweighs the values (`compact_xattrs`).
@@ -17,6 +24,7 @@ and `not_dirs`, `_of_kinds`, `exists` and `_set_sparse`; the table calls
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import operator
@@ -24,6 +32,7 @@ import stat
 from array import array
 from typing import Any, Callable, Iterable
 
+from ..store import records
 from .arena import CountedArena
 from .inoderow import InodeRow
 from .xattrblob import compressed, compressible, is_compressed, plain
@@ -38,8 +47,11 @@ XATTR_COMPACT_SLOTS = 4096  # inodes a part of a compaction goes over, at most
 XATTR_COMPACT_BYTES = 256 << 10  # and bytes of values it copies, at most
 KID_TOP = 0xFFFFFFFF  # `kid` is u32 until an xattr reference needs more
 IN_CATALOG = 1  # `xat` of an inode whose xattrs only the catalog holds (no arena string has this reference)
+IN_RECORD = 2  # `xat` of a regular file whose one whole record carries its xattrs (nor has this one)
+IN_RECORD_ROW = b"\xff\xfc"  # a catalog or journal row's xattrs field for those (no packed blob is this)
 _IFMT = 0o170000  # the file type bits of a mode
 _IFDIR = stat.S_IFDIR
+_IFREG = stat.S_IFREG
 
 
 class XattrStore:
@@ -49,6 +61,8 @@ class XattrStore:
     kind: array
     modes: list[int]
     kid: array
+    kname: array
+    extent_list: Callable[[int], list]
     not_dirs: Callable[..., bytes]
     _of_kinds: Callable[[bytes, int, int | None], bytes]
     exists: Callable[[int], bool]
@@ -74,6 +88,9 @@ class XattrStore:
         self._xcursor = self._xmoved = 0
         self.on_compaction_due: Callable[[], None] | None = None  # told when a free makes one due
         self.fetch_xattrs: Callable[[int], bytes | None] = lambda ino: None  # from the catalog
+        # From a DATA record's padding (Volumes.read_trailer: volume, offset, length, inode).
+        self.read_trailer: Callable[[int, int, int, int], bytes] = _no_volumes
+        self._trailers: dict[int, int] = {}  # files whose record carries their xattrs since it was written: its `rec`
         self._fetched: dict[int, bytes | None] = {}  # the last few values fetched (a GET reads them ~5 times)
         self.xattr_epoch = 0  # counts xattr changes and freed slots (see keep_fetched)
         self._plain: dict[int, bytes] = {}  # blobs set plain, not compressed yet (see set_xattrs)
@@ -85,28 +102,75 @@ class XattrStore:
 
     def packed_xattrs(self, ino: int) -> bytes | None:
         """An inode's xattrs, packed: from memory if changed since the last checkpoint, else
-        from the catalog (through its own read connection: WAL readers never wait)."""
+        from its record or the catalog (through its own read connection: WAL readers never
+        wait)."""
         ref = self.xref(ino)
-        if ref > IN_CATALOG:
+        if ref > IN_RECORD:
             return self._xblobs_of(ino).get(ref)
         if not ref:
             return self._plain.get(ino)
         x = self._fetched.get(ino)
         if x is None:
-            x = self.fetch_xattrs(ino)
+            x = self.xattr_fetcher(ino)()
             self._remember(ino, x)
         return x
 
+    def row_xattrs(self, ino: int) -> bytes | None:
+        """The xattrs field of ino's row for the catalog or the log: IN_RECORD_ROW where its
+        record carries them (see the module), else the value."""
+        ref = self.xref(ino)
+        if ref == IN_RECORD or (not self.keep_xattrs and ref != IN_CATALOG and self._trailer_current(ino)):
+            return IN_RECORD_ROW
+        return self.packed_xattrs(ino)
+
+    def _trailer_current(self, ino: int) -> bool:
+        """Whether ino's record carries its xattrs as they are (written since the last
+        checkpoint, and neither changed since)."""
+        r = self._trailers.get(ino)
+        return r is not None and r == self.kname[ino]
+
     def xattrs_to_fetch(self, ino: int) -> bool:
-        """Whether reading ino's xattrs would read the catalog (see keep_fetched)."""
-        return self.exists(ino) and self.xref(ino) == IN_CATALOG and ino not in self._fetched
+        """Whether reading ino's xattrs would read its record or the catalog (see keep_fetched)."""
+        return self.exists(ino) and self.xref(ino) in (IN_CATALOG, IN_RECORD) and ino not in self._fetched
+
+    def xattr_fetcher(self, ino: int) -> Callable[[], bytes | None]:
+        """The read of ino's xattrs from where they are, to run in any thread: its record
+        (where it is now), or the catalog."""
+        if self.xref(ino) == IN_RECORD:
+            _, n, vol, off, _, _ = self.extent_list(ino)[0]
+            return functools.partial(self.read_trailer, vol, off, n, ino)
+        return functools.partial(self.fetch_xattrs, ino)
 
     def keep_fetched(self, ino: int, x: bytes | None, epoch: int) -> None:
-        """Keep ino's xattrs, read from the catalog off the event loop while `xattr_epoch`
-        was epoch. Dropped if any xattrs changed or any slot was freed since: the read may
-        have given an older value, or a freed inode's."""
-        if epoch == self.xattr_epoch and self.xref(ino) == IN_CATALOG:
+        """Keep ino's xattrs, read from its record or the catalog off the event loop while
+        `xattr_epoch` was epoch. Dropped if any xattrs changed or any slot was freed since:
+        the read may have given an older value, or a freed inode's."""
+        if epoch == self.xattr_epoch and self.xref(ino) in (IN_CATALOG, IN_RECORD):
             self._remember(ino, x)
+
+    def trailer_for(self, ino: int, length: int) -> bytes:
+        """The xattrs to write in the padding of a record of `length` bytes that will be
+        file ino's one whole record (b"": none, they do not fit, or they stay in memory
+        anyway: keep_xattrs)."""
+        if self.keep_xattrs:
+            return b""
+        ref = self.xref(ino)
+        x = self._xblobs_of(ino).get(ref) if ref > IN_RECORD else self._plain.get(ino) if not ref else None
+        return x if x and records.trailer_fits(length, len(x)) else b""
+
+    def wrote_trailer(self, ino: int) -> None:
+        """File ino's record, now its map, carries its xattrs (trailer_for). (Its map is one
+        whole record, unless `rec` cannot name it: then they stay in memory.)"""
+        if self.kname[ino]:
+            self._trailers[ino] = self.kname[ino]
+
+    def _leave_record(self, ino: int) -> None:
+        """File ino's map or size is about to change: the xattrs its record carries come
+        back into memory first (a read of the record, on the loop: Swift never rewrites an
+        object). Any other file: nothing to do."""
+        self._trailers.pop(ino, None)
+        if self.kid[ino] == IN_RECORD and self.modes[self.kind[ino]] & _IFMT == _IFREG:
+            self.set_xattrs(ino, self.packed_xattrs(ino))
 
     def _remember(self, ino: int, x: bytes | None) -> None:
         if ino not in self._fetched and len(self._fetched) >= _FETCHED_MAX:
@@ -156,7 +220,7 @@ class XattrStore:
     def _release_xattrs(self, ino: int, ref: int) -> None:
         """Free ino's value's arena space, `ref` (IN_CATALOG and 0 hold none); say so
         when that makes a compaction due."""
-        if ref > IN_CATALOG:
+        if ref > IN_RECORD:
             self._xblobs_of(ino).release(ref)
             if self.on_compaction_due is not None and self.xattr_compaction_due():
                 self.on_compaction_due()
@@ -164,7 +228,7 @@ class XattrStore:
     def xattr_refs(self, slots: int) -> tuple[array, Callable[[], bytes]]:
         """Every xattr reference: `kid` of slots [0, slots), then the directories'
         (`dir_xat`); and a function giving 1 for those that name an arena string (a
-        directory's `kid` is no reference, IN_CATALOG and 0 name none). A compaction
+        directory's `kid` is no reference; IN_CATALOG, IN_RECORD and 0 name none). A compaction
         under way is finished first: then they all name strings of `xblobs`."""
         self.finish_compacting_xattrs()
         refs = self.kid[:slots]
@@ -172,7 +236,7 @@ class XattrStore:
 
         def naming() -> bytes:
             holders = self.not_dirs(0, slots) + b"\1" * len(self.dir_xat)
-            return bytes(map(operator.and_, holders, map(IN_CATALOG.__lt__, refs)))
+            return bytes(map(operator.and_, holders, map(IN_RECORD.__lt__, refs)))
         return refs, naming
 
     @property
@@ -209,13 +273,13 @@ class XattrStore:
         if self.dir_xat:  # a directory's value is in dir_xat: look at every live slot
             holders = self._of_kinds(bytes([m != 0 for m in self.modes]), start, stop)
         else:
-            named = map(IN_CATALOG.__lt__, self.kid[start:stop])
+            named = map(IN_RECORD.__lt__, self.kid[start:stop])
             holders = bytes(map(operator.and_, self.not_dirs(start, stop), named))
         old, new = self.xblobs, self._xnew
         used = new.used
         for ino in itertools.compress(range(start, stop), holders):
             ref = self.xref(ino)
-            if ref > IN_CATALOG:
+            if ref > IN_RECORD:
                 value = old.get(ref)
                 self._set_xref(ino, new.append(value))
                 budget -= len(value)
@@ -252,7 +316,12 @@ class XattrStore:
         stop = start + len(kid)
         refs = array(kid.typecode, itertools.compress(kid, self.not_dirs(start, stop)))
         refs.extend(ref for ino, ref in self.dir_xat.items() if start <= ino < stop)
-        return len(refs) - refs.count(0) - refs.count(IN_CATALOG) + sum(start <= ino < stop for ino in self._plain)
+        return len(refs) - refs.count(0) - refs.count(IN_CATALOG) - refs.count(IN_RECORD) + sum(start <= ino < stop for ino in self._plain)
+
+    def xattrs_in_records(self, start: int = 0, stop: int | None = None) -> int:
+        """How many files among slots [start, stop) have their xattrs in their record only."""
+        kid = self.kid[start:stop]
+        return sum(itertools.compress(map(IN_RECORD.__eq__, kid), self.not_dirs(start, start + len(kid))))
 
     def uncompressed(self) -> int:
         """How many inodes' xattrs wait for compress_xattrs (none once a checkpoint has
@@ -267,6 +336,7 @@ class XattrStore:
         object names have lengths, were left free (8 B per object at a million)."""
         old = self.xref(ino)
         self._plain.pop(ino, None)
+        self._trailers.pop(ino, None)
         if packed and compressible(packed):
             self._plain[ino] = packed
             ref = 0
@@ -322,15 +392,26 @@ class XattrStore:
 
     def checkpointed(self, rows: Iterable[InodeRow]) -> None:
         """The catalog now holds these rows: forget the xattrs that have not changed since
-        they were taken (the same bytes), to read them from the catalog from now on."""
+        they were taken (the same bytes), to read them from the catalog, or the record a
+        row says carries them, from now on."""
         if self.keep_xattrs:
             return
         for row in rows:
             ino, x = row[0], row[11]
             ref = self.xref(ino)
-            if ref > IN_CATALOG and x is not None and self._xblobs_of(ino).equals(ref, x):
+            if x == IN_RECORD_ROW:
+                if ref != IN_RECORD and self._trailer_current(ino):  # (else changed since the row)
+                    del self._trailers[ino]
+                    self._plain.pop(ino, None)
+                    self._release_xattrs(ino, ref)
+                    self._set_xref(ino, IN_RECORD)
+            elif ref > IN_RECORD and x is not None and self._xblobs_of(ino).equals(ref, x):
                 self._release_xattrs(ino, ref)
                 self._set_xref(ino, IN_CATALOG)
             elif not ref and x is not None and self._plain.get(ino) == x:
                 del self._plain[ino]
                 self._set_xref(ino, IN_CATALOG)
+
+
+def _no_volumes(volume: int, offset: int, length: int, ino: int) -> bytes:
+    raise RuntimeError("the inode table reads a record's xattrs before it was given the volumes")

@@ -12,6 +12,15 @@ Both CRCs are zlib's CRC-32, computed by zlib-ng: 68 against 282 us per MiB here
 it is paid on the event loop for every byte written and read.
 DATA records carry file contents (ino, offset in the file); META records carry a
 journal entry (see journal.py).
+
+A DATA record may also carry its file's xattrs in the padding of its last block, where
+they cost no disk space and no IO of their own (format 6): flag XATTRS is set, `reserved`
+is the blob's length, and the blob (xattrblob's packed form) follows the payload, then
+its CRC-32. A Swift object's ~60 B of compressed metadata fits beside its data unless the
+data ends within ~70 B of a block's end; the reader of a cold object then gets both in
+one disk read, and the inode table keeps only that they are there (xattrstore.IN_RECORD).
+`length` and `payload_crc` are the payload's alone, so a reader of the data never sees
+the trailer.
 """
 from __future__ import annotations
 
@@ -33,6 +42,8 @@ Payload = Union[bytes, bytearray, memoryview]
 DATA = 1
 META = 2
 TYPES = {DATA: "data", META: "meta"}
+XATTRS = 1  # flag: the padding holds the file's xattrs (see above)
+TRAILER_MAX = 0xFFFF  # bytes of xattrs a trailer holds, at most (`reserved` is a u16)
 
 
 class RecordError(Exception):
@@ -47,6 +58,7 @@ class Header:
     offset: int
     length: int
     payload_crc: int
+    trailer: int = 0  # bytes of xattrs after the payload (flag XATTRS), 0 for none
 
     @property
     def footprint(self) -> int:
@@ -58,19 +70,32 @@ def footprint(payload_length: int) -> int:
     return -(-(HEADER_SIZE + payload_length) // BLOCK) * BLOCK
 
 
-def encode(rtype: int, seq: int, ino: int, offset: int, parts: Sequence[Payload], pack_id: int) -> list[Payload]:
+def trailer_fits(payload_length: int, xattrs_length: int) -> bool:
+    """Whether xattrs of this many bytes fit in the padding of a record of this payload."""
+    return 0 < xattrs_length <= TRAILER_MAX and \
+        HEADER_SIZE + payload_length + xattrs_length + _CRC.size <= footprint(payload_length)
+
+
+def encode(rtype: int, seq: int, ino: int, offset: int, parts: Sequence[Payload], pack_id: int,
+           trailer: bytes = b"") -> list[Payload]:
     """The record as buffers to write back to back: its header, the payload's parts
     themselves (not copied: the log writer hands them to one pwritev), and the padding to
-    its footprint. Joining them here cost a copy of every byte written on the event loop
-    (~10 us of its CPU per 64 KiB write in fio's stream). The parts must not change until
-    written."""
+    its footprint, which holds `trailer` (the file's packed xattrs, which the caller has
+    checked fit: trailer_fits). Joining the parts here cost a copy of every byte written
+    on the event loop (~10 us of its CPU per 64 KiB write in fio's stream). The parts must
+    not change until written."""
     n = crc = 0
     for p in parts:
         n += len(p)
         crc = crc32(p, crc)
-    head = HEADER.pack(MAGIC, rtype, 0, 0, seq, ino, offset, n, crc, pack_id)
+    flags = XATTRS if trailer else 0
+    head = HEADER.pack(MAGIC, rtype, flags, len(trailer), seq, ino, offset, n, crc, pack_id)
     out = [head + _CRC.pack(crc32(head)), *parts]
     pad = footprint(n) - HEADER_SIZE - n
+    if trailer:
+        assert trailer_fits(n, len(trailer)), "a trailer that does not fit the padding"
+        out.append(trailer + _CRC.pack(crc32(trailer)))
+        pad -= len(trailer) + _CRC.size
     if pad:
         out.append(_ZEROS[:pad])
     return out
@@ -80,7 +105,7 @@ def decode_header(buf: bytes, pack_id: int) -> Header:
     if len(buf) < HEADER_SIZE:
         raise RecordError("short header")
     head = buf[: HEADER.size]
-    magic, rtype, _flags, _res, seq, ino, offset, length, pcrc, pid = HEADER.unpack(head)
+    magic, rtype, flags, reserved, seq, ino, offset, length, pcrc, pid = HEADER.unpack(head)
     if magic != MAGIC:
         raise RecordError("bad magic")
     if _CRC.unpack_from(buf, HEADER.size)[0] != crc32(head):
@@ -89,7 +114,7 @@ def decode_header(buf: bytes, pack_id: int) -> Header:
         raise RecordError("record of another pack")
     if rtype not in TYPES:
         raise RecordError(f"unknown record type {rtype}")
-    return Header(rtype, seq, ino, offset, length, pcrc)
+    return Header(rtype, seq, ino, offset, length, pcrc, reserved if flags & XATTRS else 0)
 
 
 def check_payload(header: Header, payload: bytes) -> None:
@@ -97,3 +122,18 @@ def check_payload(header: Header, payload: bytes) -> None:
         raise RecordError("short payload")
     if crc32(payload) != header.payload_crc:
         raise RecordError("payload checksum mismatch")
+
+
+def trailer_of(header: Header, block: Payload) -> bytes:
+    """The xattrs a DATA record carries after its payload, checked; block holds the record
+    from its start at least to the trailer's end."""
+    if not header.trailer:
+        raise RecordError("no xattrs in the record")
+    at = HEADER_SIZE + header.length
+    end = at + header.trailer
+    if len(block) < end + _CRC.size:
+        raise RecordError("short trailer")
+    blob = bytes(block[at:end])
+    if _CRC.unpack_from(block, end)[0] != crc32(blob):
+        raise RecordError("xattrs checksum mismatch")
+    return blob

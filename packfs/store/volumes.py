@@ -447,9 +447,10 @@ class Volumes:
     # -- appending ----------------------------------------------------------------
 
     def append(self, rtype: int, ino: int, offset: int, *payload: records.Payload,
-               sync: bool = False) -> tuple[int, int, int]:
+               sync: bool = False, trailer: bytes = b"") -> tuple[int, int, int]:
         """Reserve the next log position for a record of the payload's parts, in order, and
-        queue it; returns (volume, offset, ticket).
+        queue it; returns (volume, offset, ticket). trailer: the file's xattrs, for the
+        padding of a DATA record (records.trailer_fits).
 
         Synchronous: the log order is the order of calls. A META record's `offset` field
         holds where its write batch began (see recovery), filled in here.
@@ -458,7 +459,7 @@ class Volumes:
         vol, off = self.active, self.tail
         if rtype == records.META:
             offset = self._last_meta_end.get(vol, 0)
-        parts = records.encode(rtype, self.seq, ino, offset, payload, self.pack_id)
+        parts = records.encode(rtype, self.seq, ino, offset, payload, self.pack_id, trailer)
         size = sum(map(len, parts))
         self.seq += 1
         self.tail += size
@@ -769,6 +770,27 @@ class Volumes:
             log.error("corrupt record in %s at %d (inode %d): %s", volume_name(volume), offset, ino, e)
             raise FsError(errno.EIO) from e
         return payload
+
+    def read_trailer(self, volume: int, offset: int, length: int, ino: int) -> bytes:
+        """The xattrs a file's DATA record of `length` payload bytes carries in its padding,
+        checked; from any thread (a cold one waits for the disk). EIO and a log line if
+        the record is not intact or carries none: the inode table said it does."""
+        queued = self._inflight.get((volume, offset))
+        try:
+            if queued is not None:
+                buf = b"".join(queued)
+            else:
+                buf = self.disk.pread(self.fd(volume), records.footprint(length), offset)
+        except OSError as e:
+            raise self._read_error(volume, offset, e) from e
+        try:
+            header = records.decode_header(buf, self.pack_id)
+            if header.rtype != records.DATA or header.ino != ino or header.length != length:
+                raise records.RecordError("record belongs to another file")
+            return records.trailer_of(header, buf)
+        except records.RecordError as e:
+            log.error("corrupt record in %s at %d (inode %d): %s", volume_name(volume), offset, ino, e)
+            raise FsError(errno.EIO) from e
 
     def _remember(self, k: tuple[int, int], payload: bytes) -> None:
         if len(payload) > self._cache_max // 4:

@@ -13,6 +13,7 @@ from packfs.namespace.inodes import IN_CATALOG, KINDS_NARROW, ROOT, Inode, Inode
 from packfs.namespace.offsettimes import FAR
 from packfs.namespace.namespace import Namespace
 from packfs.namespace.xattrblob import is_compressed, pack_xattrs, plain
+from packfs.namespace.arena import RESERVED_REFS
 from packfs.namespace.xattrstore import XATTR_GRAIN
 
 REG = stat.S_IFREG | 0o644
@@ -483,13 +484,13 @@ def test_plain_blobs_wait_outside_the_arena_until_compressed(ns):
     meta = b"{'X-Timestamp': '1763800000.12345', 'ETag': '%032x'}" * 8
     ns.setxattr(f.ino, b"user.swift.metadata", meta)
     ns.setxattr(g.ino, b"user.swift.metadata", meta)
-    assert (t.uncompressed(), t.xblobs.used, t.xattrs_in_memory()) == (2, XATTR_GRAIN, 2)
+    assert (t.uncompressed(), t.xblobs.used, t.xattrs_in_memory()) == (2, RESERVED_REFS * XATTR_GRAIN, 2)
     assert ns.getxattr(f.ino, b"user.swift.metadata") == meta and not is_compressed(f.row()[11])
     ns.release(ns.unlink(ROOT, b"g"))
     assert t.uncompressed() == 1 and t.packed_xattrs(g.ino) is None
     t.compress_xattrs()
     assert (t.uncompressed(), t.xattrs_in_memory()) == (0, 1) and is_compressed(f.row()[11])
-    assert t.xblobs.used > XATTR_GRAIN and ns.getxattr(f.ino, b"user.swift.metadata") == meta
+    assert t.xblobs.used > RESERVED_REFS * XATTR_GRAIN and ns.getxattr(f.ino, b"user.swift.metadata") == meta
     t.keep_xattrs = False
     ns.setxattr(f.ino, b"user.b", b"b" * 200)
     t.checkpointed([t.row(f.ino)])
