@@ -147,7 +147,7 @@ def measure(packdir: Path, from_catalog: bool = False) -> dict:
     from packfs.core import pack
     from packfs.namespace import image
     from packfs.namespace.xattrblob import compressible
-    from packfs.namespace.xattrstore import IN_CATALOG
+    from packfs.namespace.xattrstore import IN_RECORD
     from packfs.options import Options
     from packfs.store.disk import Disk
     if from_catalog:
@@ -164,15 +164,17 @@ def measure(packdir: Path, from_catalog: bool = False) -> dict:
         total = deep_size(p.ns, set())
         files = t.of_type(stat.S_IFREG).count(1)
         dirs = t.of_type(stat.S_IFDIR).count(1)
-        blobs = [t.xblobs.get(ref) for ref in itertools.compress(t.kid, t.not_dirs()) if ref > IN_CATALOG]
-        blobs += [t.xblobs.get(ref) for ref in t.dir_xat.values() if ref > IN_CATALOG]
+        blobs = [t.xblobs.get(ref) for ref in itertools.compress(t.kid, t.not_dirs()) if ref > IN_RECORD]
+        blobs += [t.xblobs.get(ref) for ref in t.dir_xat.values() if ref > IN_RECORD]
+        in_records = t.xattrs_in_records()
         plain = sum(map(compressible, blobs))
         notes = {name: _describe(name, getattr(p.ns, name[3:]) if name.startswith("ns.") else getattr(t, name))
                  for name in sizes if name not in ("ns", "table")}
-        notes["xblobs"] += f"; {plain:,} of {len(blobs):,} blobs plain, {sum(map(len, blobs)):,} B in all"
+        notes["xblobs"] += (f"; {plain:,} of {len(blobs):,} blobs plain, {sum(map(len, blobs)):,} B in all; "
+                            f"{in_records:,} files' xattrs in their records instead")
         return {"loaded_from": p.loaded_from, "files": files, "directories": dirs, "inodes": len(t),
                 "slots": len(t.kind), "parts": sizes, "notes": notes, "total": total, "rss_grown": rss,
-                "xattr_blobs": len(blobs), "xattr_blobs_plain": plain}
+                "xattr_blobs": len(blobs), "xattr_blobs_plain": plain, "xattrs_in_records": in_records}
     finally:
         p.volumes.close()
         p.catalog.close()

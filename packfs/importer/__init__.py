@@ -46,8 +46,10 @@ from .verify import differences
 __all__ = ["ImportFailed", "Imported", "run_import"]
 
 # No timer commits (the final checkpoint is the one durable commit) and no access times
-# to keep; the rest as a mount's defaults, which shape the records (disk_chunk_size).
-OPTIONS = Options(commit_interval=0, atime="noatime")
+# to keep; xattrs into the records that can carry them (a Swift object's metadata: the
+# table a mount loads keeps only that they are there), and out of memory once
+# checkpointed; the rest as a mount's defaults, which shape the records (disk_chunk_size).
+OPTIONS = Options(commit_interval=0, atime="noatime", xattrs_in_memory=False)
 
 
 @dataclass
@@ -100,7 +102,8 @@ def _build_pack(root: bytes, packdir: str, disk: Disk, progress: Progress) -> Ta
     """Initialise the pack (as an import's), make the tree in it and checkpoint it."""
     try:
         pack.initialise(packdir, disk, importing=True)
-        p = pack.open_pack(packdir, disk, OPTIONS.volume_size, OPTIONS.cache_size, importing=True)
+        p = pack.open_pack(packdir, disk, OPTIONS.volume_size, OPTIONS.cache_size, importing=True,
+                           xattrs_in_memory=OPTIONS.xattrs_in_memory)
     except (pack.PackError, OSError) as e:
         raise ImportFailed(f"cannot make a pack in {packdir}: {e}") from None
     try:

@@ -151,12 +151,18 @@ class XattrStore:
     def trailer_for(self, ino: int, length: int) -> bytes:
         """The xattrs to write in the padding of a record of `length` bytes that will be
         file ino's one whole record (b"": none, they do not fit, or they stay in memory
-        anyway: keep_xattrs)."""
+        anyway: keep_xattrs). As they are: a blob set plain and not compressed yet
+        (Swift's, ~440 B) is read back without decoding; compressed only if that makes
+        it fit (~60 B)."""
         if self.keep_xattrs:
             return b""
         ref = self.xref(ino)
         x = self._xblobs_of(ino).get(ref) if ref > IN_RECORD else self._plain.get(ino) if not ref else None
-        return x if x and records.trailer_fits(length, len(x)) else b""
+        if not x:
+            return b""
+        if not records.trailer_fits(length, len(x)) and not ref and compressible(x):
+            x = compressed(x)
+        return x if records.trailer_fits(length, len(x)) else b""
 
     def wrote_trailer(self, ino: int) -> None:
         """File ino's record, now its map, carries its xattrs (trailer_for). (Its map is one
