@@ -775,9 +775,9 @@ static int cached_record(int64_t volume, uint64_t at, size_t n)
     return preadv2(fd, &iov, 1, (off_t)at, RWF_NOWAIT) == (ssize_t)n;
 }
 
-/* Whether record_buf holds an intact DATA record of ino with `length` bytes of payload,
- * checked as Volumes._verified checks one (records.py's header and both CRC-32s). */
-static int intact(uint64_t ino, int64_t length)
+/* Whether record_buf starts with the intact header of a DATA record of ino with `length`
+ * bytes of payload, checked as records.decode_header checks one. */
+static int header_intact(uint64_t ino, int64_t length)
 {
     static const char magic[] = TL_RECORD_MAGIC;
     const unsigned char *h = record_buf;
@@ -788,8 +788,15 @@ static int intact(uint64_t ino, int64_t length)
     return ok && memcmp(h, magic, sizeof magic - 1) == 0 &&
            le32(h + TL_RECORD_HEADER_CRC_AT) == crc32(0, h, TL_RECORD_HEADER_CRC_AT) &&
            le32(h + TL_RECORD_PACK_ID_AT) == (uint32_t)pack_id && h[TL_RECORD_TYPE_AT] == TL_RECORD_DATA &&
-           le64(h + TL_RECORD_INO_AT) == ino && le32(h + TL_RECORD_LENGTH_AT) == (uint64_t)length &&
-           le32(h + TL_RECORD_PAYLOAD_CRC_AT) == crc32(0, h + TL_RECORD_HEADER_SIZE, (uInt)length);
+           le64(h + TL_RECORD_INO_AT) == ino && le32(h + TL_RECORD_LENGTH_AT) == (uint64_t)length;
+}
+
+/* Whether record_buf holds an intact DATA record of ino with `length` bytes of payload,
+ * checked as Volumes._verified checks one (records.py's header and both CRC-32s). */
+static int intact(uint64_t ino, int64_t length)
+{
+    return header_intact(ino, length) &&
+           le32(record_buf + TL_RECORD_PAYLOAD_CRC_AT) == crc32(0, record_buf + TL_RECORD_HEADER_SIZE, (uInt)length);
 }
 
 /* A READ of `size` bytes at `off` of a file whose data is one whole record already in the
@@ -866,9 +873,33 @@ static PyObject *plain_blob(const unsigned char *s, size_t n)
     return out;
 }
 
+/* The xattrs file ino's one whole record carries in its padding (IN_RECORD), packed
+ * plain, if the record is in the page cache, as Volumes.read_trailer reads them (the
+ * header's and the trailer's CRC-32s checked): a new reference to bytes; NULL if C leaves
+ * them to Python, which reads the record in a worker thread, and says EIO if it is not
+ * intact. */
+static PyObject *record_xattrs(uint64_t ino)
+{
+    int64_t volume, length;
+    uint64_t at;
+    if (store == NULL || !whole_record(ino, &volume, &at, &length) || length > (int64_t)TL_READ_MAX)
+        return NULL;
+    size_t blocks = ((size_t)TL_RECORD_HEADER_SIZE + (size_t)length + TL_RECORD_BLOCK - 1) / TL_RECORD_BLOCK;
+    size_t n = blocks * TL_RECORD_BLOCK;
+    if (!cached_record(volume, at, n) || !header_intact(ino, length) ||
+        !(record_buf[TL_RECORD_FLAGS_AT] & TL_RECORD_XATTRS))
+        return NULL;
+    size_t start = TL_RECORD_HEADER_SIZE + (size_t)length;
+    size_t len = (size_t)record_buf[TL_RECORD_RESERVED_AT] | (size_t)record_buf[TL_RECORD_RESERVED_AT + 1] << 8;
+    if (start + len + 4 > n || le32(record_buf + start + len) != crc32(0, record_buf + start, (uInt)len))
+        return NULL;
+    return plain_blob(record_buf + start, len);
+}
+
 /* ino's xattrs, packed plain, as InodeTable.plain_xattrs gives them: a new reference to
- * bytes (b"": none); NULL if C leaves them to Python: values only the catalog or the
- * file's record holds (xattrs_in_memory off), a compaction of the arena under way, a form C does not decode. */
+ * bytes (b"": none); NULL if C leaves them to Python: values only the catalog holds
+ * (xattrs_in_memory off), or a record not in the page cache, a compaction of the arena
+ * under way, a form C does not decode. */
 static PyObject *table_xattrs(uint64_t ino)
 {
     if (table == NULL)
@@ -888,7 +919,9 @@ static PyObject *table_xattrs(uint64_t ino)
     PyObject *xnew = attr(table, TL_XATTR_COMPACTING_ATTR);
     ok = ok && xnew == Py_None;
     Py_XDECREF(xnew);
-    if (!ok || ref == (int64_t)TL_IN_CATALOG || ref == (int64_t)TL_IN_RECORD)
+    if (ok && ref == (int64_t)TL_IN_RECORD)
+        return record_xattrs(ino);
+    if (!ok || ref == (int64_t)TL_IN_CATALOG)
         return NULL;
     if (ref == 0) { /* none, unless set plain and not compressed yet */
         PyObject *v;

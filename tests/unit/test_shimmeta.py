@@ -26,8 +26,8 @@ from packfs.core.writeback import Buffer
 from packfs.fuse import fuseshim, tablelayout
 from packfs.fuse.ops import Operations
 from packfs.namespace.dirents import PackedEntries
-from packfs.namespace.xattrblob import SWIFT_FORM_PREFIX, is_compressed
-from packfs.namespace.xattrstore import IN_CATALOG
+from packfs.namespace.xattrblob import SWIFT_FORM_PREFIX, is_compressed, iter_xattrs
+from packfs.namespace.xattrstore import IN_CATALOG, IN_RECORD
 from packfs.namespace.inodes import NLINK_TOP, ROOT, InodeTable
 
 pytestmark = pytest.mark.skipif(not fuseshim.loaded(), reason="the fuse shim library is not built")
@@ -377,3 +377,48 @@ def test_xattrs_taken_as_python(tmp_path: Path) -> None:
             assert fuseshim.meta_xattrs(swift[1]) is None, "values only the catalog holds are Python's"
 
     with_filesystem(tmp_path, body)
+
+
+def test_xattrs_a_record_carries_taken_as_python(tmp_path: Path) -> None:
+    """IN_RECORD (xattrs_in_memory off): C reads a file's xattrs from its record in the page
+    cache, as Python reads them; a record not in the page cache, or whose trailer is not
+    intact, is Python's (which reads it, or says EIO)."""
+    async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
+        t = fs.ns.table
+        swift = []
+        for i, size in enumerate((64, 4096, 10 << 10)):
+            ino = _swift_object(fs, b"swift%d" % i, i)
+            await _write(fs, ino, 0, os.urandom(size))  # flushed with its xattrs set: they ride along
+            swift.append(ino)
+        await fs.fsync()
+        await fs.journal.checkpoint()
+        await fs.volumes.wait_written(fs.volumes.last_ticket)
+        assert [t.xref(ino) for ino in swift] == [IN_RECORD] * 3
+        with _serving(t, fs.volumes, 1.0, 1.0, getattr_too=True, atime="noatime"):
+            for ino in swift:
+                path, offset = _record(fs, ino)
+                fd = os.open(path, os.O_RDWR)
+                try:
+                    os.pread(fd, 4096 * 4, offset)  # in the page cache
+                    assert fuseshim.meta_xattrs(ino) == t.plain_xattrs(ino)
+                    assert [n for n, _, _ in iter_xattrs(t.plain_xattrs(ino))] == [
+                        b"user.swift.metadata", b"user.swift.metadata_checksum"]
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    assert fuseshim.meta_xattrs(ino) is None, "a record not in the page cache is Python's"
+                finally:
+                    os.close(fd)
+            ino = swift[0]
+            path, offset = _record(fs, ino)
+            fd = os.open(path, os.O_RDWR)
+            try:
+                os.pwrite(fd, b"!", offset + 48 + 64 + 3)  # a corrupt trailer
+                os.pread(fd, 4096, offset)
+            finally:
+                os.close(fd)
+            t._fetched.clear()
+            assert fuseshim.meta_xattrs(ino) is None
+            with pytest.raises(FsError) as e:
+                t.plain_xattrs(ino)
+            assert e.value.errno == errno.EIO, "Python says EIO, and logs why"
+
+    with_filesystem(tmp_path, body, xattrs_in_memory=False)
