@@ -322,7 +322,8 @@ class XattrStore:
         stop = start + len(kid)
         refs = array(kid.typecode, itertools.compress(kid, self.not_dirs(start, stop)))
         refs.extend(ref for ino, ref in self.dir_xat.items() if start <= ino < stop)
-        return len(refs) - refs.count(0) - refs.count(IN_CATALOG) - refs.count(IN_RECORD) + sum(start <= ino < stop for ino in self._plain)
+        elsewhere = refs.count(0) + refs.count(IN_CATALOG) + refs.count(IN_RECORD)
+        return len(refs) - elsewhere + sum(start <= ino < stop for ino in self._plain)
 
     def xattrs_in_records(self, start: int = 0, stop: int | None = None) -> int:
         """How many files among slots [start, stop) have their xattrs in their record only."""

@@ -412,10 +412,10 @@ def test_xattr_arena_space_is_reused_as_swift_rewrites_metadata(ns):
     ns.release(ns.unlink(ROOT, b"f7"))
     live = [ns.table.packed_xattrs(f.ino) for f in files if f.ino != files[7].ino]
     # Each blob with its length in front (one byte below 128, two below 16,384), in whole
-    # grains, and the arena's first grain (no string's).
+    # grains, and the arena's first grains (no string's).
     assert all(len(x) < 16384 for x in live)
-    assert ns.table.xblobs.used == RESERVED_REFS * XATTR_GRAIN + sum(-(-(len(x) + 1 + (len(x) >= 128)) // XATTR_GRAIN) * XATTR_GRAIN
-                                                     for x in live)
+    grains = sum(-(-(len(x) + 1 + (len(x) >= 128)) // XATTR_GRAIN) for x in live)
+    assert ns.table.xblobs.used == (RESERVED_REFS + grains) * XATTR_GRAIN
 
 
 def test_one_inodes_xattrs_are_limited_in_all(ns, monkeypatch):
