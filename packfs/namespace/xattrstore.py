@@ -32,6 +32,7 @@ import stat
 from array import array
 from typing import Any, Callable, Iterable
 
+from ..errors import FsError
 from ..store import records
 from .arena import CountedArena
 from .inoderow import InodeRow
@@ -173,10 +174,17 @@ class XattrStore:
     def _leave_record(self, ino: int) -> None:
         """File ino's map or size is about to change: the xattrs its record carries come
         back into memory first (a read of the record, on the loop: Swift never rewrites an
-        object). Any other file: nothing to do."""
+        object). Any other file: nothing to do. A record whose xattrs do not read back
+        (damaged: reading them said EIO) leaves the file none, with a log line: fsck's
+        repair of a damaged file, or a write to it, goes on."""
         self._trailers.pop(ino, None)
         if self.kid[ino] == IN_RECORD and self.modes[self.kind[ino]] & _IFMT == _IFREG:
-            self.set_xattrs(ino, self.packed_xattrs(ino))
+            try:
+                x = self.packed_xattrs(ino)
+            except FsError:
+                log.error("inode %d: the xattrs its damaged record carried are lost", ino)
+                x = None
+            self.set_xattrs(ino, x)
 
     def _remember(self, ino: int, x: bytes | None) -> None:
         if ino not in self._fetched and len(self._fetched) >= _FETCHED_MAX:

@@ -26,6 +26,7 @@ from packfs.errors import FsError
 from packfs.fsck import check
 from packfs.namespace.namespace import ROOT
 from packfs.namespace.xattrstore import IN_CATALOG, IN_RECORD, IN_RECORD_ROW
+from packfs.namespace.xattrblob import iter_xattrs
 from packfs.store import records
 from packfs.store.disk import Disk
 
@@ -260,3 +261,45 @@ def test_a_damaged_trailer_reads_as_eio_and_fsck_says_which_file(tmp_path: Path)
     report = check(packdir)
     assert [(f.kind, f.ino) for f in report.problems] == [("unreadable-xattrs", inos[1])]
     assert "/o1" in report.problems[0].message
+
+
+
+def test_a_damaged_record_fails_a_write_and_fsck_repairs_the_file_without_its_xattrs(tmp_path: Path):
+    """A file whose record's header is damaged: its xattrs, which the record carried, do
+    not read back, so a write to it says EIO (it reads the file's capability xattr) and
+    changes nothing; fsck --repair moves it to lost+found with its damaged bytes as a hole
+    and its xattrs gone (logged), and the pack is clean after."""
+    inos: list[int] = []
+
+    async def body(fs: Filesystem, nursery: trio.Nursery) -> None:
+        t = fs.ns.table
+        inos.append(await _put(fs, b"o", b"a" * 64, _metadata(0, 64)))
+        await fs.journal.checkpoint()
+        assert t.xref(inos[0]) == IN_RECORD
+        _, _, vol, off, _, _ = t.extent_list(inos[0])[0]
+        await fs.volumes.wait_written(fs.volumes.last_ticket)
+        with open(fs.volumes.path(vol), "r+b") as f:
+            f.seek(off + 20)  # the header's inode number: its CRC fails
+            f.write(b"\xff")
+        os.posix_fadvise(fs.volumes.fd(vol), 0, 0, os.POSIX_FADV_DONTNEED)
+        fh = fs.open(inos[0])
+        with pytest.raises(FsError) as e:
+            await fs.write(fh, 0, b"b" * 100)
+        assert e.value.errno == errno.EIO
+        await fs.release(fh)
+        assert t.xref(inos[0]) == IN_RECORD and t.extent_count(inos[0]) == 1
+
+    packdir = str(tmp_path / "pack")
+    with_filesystem(tmp_path, body, xattrs_in_memory=False)
+    repaired = check(packdir, repair=True)
+    assert not repaired.error and not repaired.problems
+    assert [f.kind for f in check(packdir).problems] == []
+    p = _reopened(packdir, True)
+    try:
+        t = p.ns.table
+        lost = t.child(ROOT, b"lost+found")
+        assert t.children(lost) == [(b"#%d" % inos[0], inos[0])]
+        names = [n for n, _, _ in iter_xattrs(t.plain_xattrs(inos[0]))]
+        assert names == [b"user.packfs.fsck"]  # Swift's metadata went with the damaged record
+    finally:
+        _closed(p)
