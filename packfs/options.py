@@ -56,7 +56,8 @@ class Options:
     xattrcache: bool = _knob(True, "getxattr answered in C from the xattrs last read")
     metacache: bool = _knob(True, "lookup, getattr, whole listings and warm reads of whole records answered in C "
                                   "from the inode table (fuse shim)")
-    xattrs_in_memory: bool = _knob(True, "off: checkpointed xattr values are read from the catalog")
+    xattrs_in_memory: bool = _knob(False, "keep every xattr value in memory (off: checkpointed values are read "
+                                          "from their records or the catalog)")
     tmpfile: bool = _knob(True, "open(O_TMPFILE) makes a file with no name (fuse shim)")
     fallocate: bool = _knob(True, "fallocate(2): punch holes, check space (fuse shim)")
     passthrough: bool = _knob(False, "the kernel writes O_TMPFILE files to staging files (staging.py)")
