@@ -353,7 +353,7 @@ def test_xattrs_read_back_from_the_catalog_after_a_checkpoint(tmp_path):
         assert control.request(pack_id, "stats")["xattr_values_in_memory"] == 0  # the mount loaded none
         assert os.getxattr(work / "f1", "user.swift.metadata") == b"changed"
         assert os.getxattr(work / "f49", "user.swift.metadata") == values[49]
-    with mounted(tmp_path / "pack", tmp_path / "mnt") as work:  # the default loads them all
+    with mounted(tmp_path / "pack", tmp_path / "mnt", "xattrs_in_memory") as work:  # loads them all
         assert control.request(pack_id, "stats")["xattr_values_in_memory"] == len(values)
         assert os.getxattr(work / "f49", "user.swift.metadata") == values[49]
 
@@ -400,7 +400,7 @@ def test_swift_objects_xattrs_are_read_from_their_records(tmp_path):
         assert (s["xattr_values_in_memory"], s["xattr_values_in_records"]) == (0, len(values) - 1)
         _drop_caches()
         check(work)
-    for options in ("noxattrs_in_memory", "noxattrs_in_memory,nometacache", ""):
+    for options in ("noxattrs_in_memory", "noxattrs_in_memory,nometacache", "xattrs_in_memory"):
         with mounted(tmp_path / "pack", tmp_path / "mnt", options) as work:
             _drop_caches()
             check(work)

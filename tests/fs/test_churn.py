@@ -99,7 +99,7 @@ class Worker:
             self.check(name)
 
 
-@pytest.mark.parametrize("options", ["", "noxattrs_in_memory"])
+@pytest.mark.parametrize("options", ["", "xattrs_in_memory"])
 def test_mixed_operations_from_many_threads_during_checkpoints(tmp_path, options):
     with mounted(tmp_path / "pack", tmp_path / "mnt", options) as root:
         pack_id = pack.read_marker(str(tmp_path / "pack"))["pack_id"]

@@ -274,7 +274,7 @@ def test_kill9_during_rename_commits(tmp_path, packdir):
                 assert not (mnt / name).exists(), f"{name} was unlinked durably but came back"
 
 
-@pytest.mark.parametrize("options", ["", "noxattrs_in_memory"])
+@pytest.mark.parametrize("options", ["", "xattrs_in_memory"])
 def test_kill9_keeps_fsynced_metadata(tmp_path, packdir, options):
     """fsync(file) makes data, size, attributes and xattrs durable; fsync(dir) the names.
     A checkpoint comes between two halves of the changes, so recovery reads some from the

@@ -249,7 +249,7 @@ def _tree(root: Path) -> dict[str, tuple]:
     return out
 
 
-@pytest.mark.parametrize("options", ["", "writeback_cache,nodirect_writes", "noxattrs_in_memory"])
+@pytest.mark.parametrize("options", ["", "writeback_cache,nodirect_writes", "xattrs_in_memory"])
 def test_random_operations_read_back_fsck_clean_and_remount_the_same(tmp_path, options):
     pack, mnt = tmp_path / "pack", tmp_path / "mnt"
     with mounted(pack, mnt, options) as m:
