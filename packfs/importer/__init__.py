@@ -155,9 +155,11 @@ async def _build(p: pack.Pack, root: bytes, progress: Progress) -> Tally:
 
 def _check(packdir: str, disk: Disk, made: Tally) -> int:
     """Reopen the pack, compare it with what was made, and leave it a namespace image;
-    the disk space its volumes take."""
+    the disk space its volumes take. It opens the pack with a default mount's
+    xattrs_in_memory, so that such a mount can load the image."""
     try:
-        p = pack.open_pack(packdir, disk, OPTIONS.volume_size, OPTIONS.cache_size, importing=True)
+        p = pack.open_pack(packdir, disk, OPTIONS.volume_size, OPTIONS.cache_size, importing=True,
+                           xattrs_in_memory=Options().xattrs_in_memory)
     except (pack.PackError, OSError) as e:
         raise ImportFailed(f"the imported pack does not open: {e}") from None
     try:

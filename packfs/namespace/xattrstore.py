@@ -338,6 +338,11 @@ class XattrStore:
         kid = self.kid[start:stop]
         return sum(itertools.compress(map(IN_RECORD.__eq__, kid), self.not_dirs(start, start + len(kid))))
 
+    def xattrs_in_catalog(self) -> int:
+        """How many inodes have their xattrs in the catalog only (IN_CATALOG)."""
+        refs = itertools.compress(self.kid, self.not_dirs())
+        return sum(map(IN_CATALOG.__eq__, refs)) + sum(ref == IN_CATALOG for ref in self.dir_xat.values())
+
     def uncompressed(self) -> int:
         """How many inodes' xattrs wait for compress_xattrs (none once a checkpoint has
         begun: an image must not be written before)."""

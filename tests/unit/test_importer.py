@@ -124,6 +124,24 @@ def test_swift_metadata_is_kept_in_its_compact_form(tmp_path, tree):
         p.catalog.close()
 
 
+def test_the_image_left_serves_a_default_mount_and_either_setting_checks_the_same(tmp_path, tree):
+    """The import leaves the image a mount with the default xattrs_in_memory loads; and the
+    pack holds the xattrs it made, whether its values are loaded or left in records and the
+    catalog (verify counts both)."""
+    from packfs.importer.verify import differences
+    done = run_import(str(tree), str(tmp_path / "pack"))
+    for keep in (Options().xattrs_in_memory, not Options().xattrs_in_memory):
+        p = pack.open_pack(str(tmp_path / "pack"), Disk(), 1 << 30, 8 << 20, xattrs_in_memory=keep)
+        try:
+            assert p.loaded_from == ("image" if keep == Options().xattrs_in_memory else "catalog")
+            assert differences(p, done.tally) == []
+            if not keep:
+                assert p.ns.table.xattrs_in_catalog() > 0  # empty-with-xattr and directories' among them
+        finally:
+            p.volumes.close()
+            p.catalog.close()
+
+
 def test_a_path_longer_than_path_max_is_imported(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
