@@ -40,6 +40,7 @@ from ..store.disk import Disk
 from .build import TreeBuilder
 from .errors import ImportFailed
 from .preflight import check_source, take_packdir
+from .reader import Reader
 from .tally import Tally
 from .verify import differences
 
@@ -97,22 +98,27 @@ def run_import(source: str, packdir: str, progress: Progress = QUIET, disk: Disk
 
 
 def _build_pack(root: bytes, packdir: str, disk: Disk, progress: Progress) -> Tally:
-    """Initialise the pack (as an import's), make the tree in it and checkpoint it."""
+    """Initialise the pack (as an import's), make the tree in it and checkpoint it. The
+    reader process starts first, so it reads while the pack is made."""
+    reader = Reader(root, OPTIONS.disk_chunk_size)
     try:
-        pack.initialise(packdir, disk, importing=True)
-        p = pack.open_pack(packdir, disk, OPTIONS.volume_size, OPTIONS.cache_size, importing=True)
-    except (pack.PackError, OSError) as e:
-        raise ImportFailed(f"cannot make a pack in {packdir}: {e}") from None
-    try:
-        with collector_paused():  # it makes no reference cycles, and millions of objects
-            return trio.run(_build, p, root, progress)
-    except BaseExceptionGroup as group:  # (a trio nursery's, around the one that stopped the import)
-        raise _written_off(_only(group)) from None
-    except (FsError, OSError, apsw.Error) as e:
-        raise _written_off(e) from None
+        try:
+            pack.initialise(packdir, disk, importing=True)
+            p = pack.open_pack(packdir, disk, OPTIONS.volume_size, OPTIONS.cache_size, importing=True)
+        except (pack.PackError, OSError) as e:
+            raise ImportFailed(f"cannot make a pack in {packdir}: {e}") from None
+        try:
+            with collector_paused():  # it makes no reference cycles, and millions of objects
+                return trio.run(_build, p, root, reader, progress)
+        except BaseExceptionGroup as group:  # (a trio nursery's, around the one that stopped the import)
+            raise _written_off(_only(group)) from None
+        except (FsError, OSError, apsw.Error) as e:
+            raise _written_off(e) from None
+        finally:
+            p.volumes.close()
+            p.catalog.close()
     finally:
-        p.volumes.close()
-        p.catalog.close()
+        reader.close()
 
 
 def _only(e: BaseException) -> BaseException:
@@ -132,7 +138,7 @@ def _written_off(e: BaseException) -> BaseException:
     return e
 
 
-async def _build(p: pack.Pack, root: bytes, progress: Progress) -> Tally:
+async def _build(p: pack.Pack, root: bytes, reader: Reader, progress: Progress) -> Tally:
     """Make the tree in the pack, then its final checkpoint.
 
     Of the background tasks a mount runs only the log writer: no committer (nothing is
@@ -143,7 +149,7 @@ async def _build(p: pack.Pack, root: bytes, progress: Progress) -> Tally:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(fs.volumes.run)
         builder = TreeBuilder(fs, nursery, progress)
-        tally = await builder.build(root)
+        tally = await builder.build(root, reader)
         progress.step(f"{builder.status()}; writing the final checkpoint")
         await fs.close()
         nursery.cancel_scope.cancel()
