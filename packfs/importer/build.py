@@ -22,13 +22,10 @@ anyone relies on: the next import starts over.
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
 import time
-from typing import Iterator
-
 import trio
 
 from ..core.filesystem import XATTR_NAMESPACES, Filesystem, Setattr
@@ -119,28 +116,28 @@ class TreeBuilder:
         _, name, mode, uid, gid, rdev, size, atime, mtime, ctime, xattrs, content, key = item
         parent, dir_path, dir_mode = self._dir[:3]
         path = dir_path + b"/" + name
-        is_dir, is_reg = stat.S_ISDIR(mode), stat.S_ISREG(mode)
-        target = content if stat.S_ISLNK(mode) else None
-        with _writing(path):
-            node = self.fs.create(parent, name, mode, uid, gid, rdev, target)
-        if dir_mode & stat.S_ISGID:
-            await self._owner_and_mode(node.ino, mode, uid, gid)
-        if is_dir:
+        try:
+            node = self.fs.create(parent, name, mode, uid, gid, rdev, content if stat.S_ISLNK(mode) else None)
+            if dir_mode & stat.S_ISGID:
+                await self._owner_and_mode(node.ino, mode, uid, gid)
+        except FsError as e:
+            raise _refused(path, e) from None
+        if stat.S_ISDIR(mode):
             self._numbered += 1
             self._dirs[self._numbered] = (node.ino, path, mode, atime, mtime, ctime)
             self.tally.directories += 1
             return  # its xattrs and times once it is walked
-        if is_reg:
+        if stat.S_ISREG(mode):
             if key is not None:
                 self._linked[key] = node.ino
             await self._file(node.ino, path, item)
             return
         self._xattrs(node.ino, xattrs, path)
-        if target is None:
-            self.tally.specials += 1
-        else:
+        if stat.S_ISLNK(mode):
             self.tally.symlinks += 1
-            self.tally.target_bytes += len(target)
+            self.tally.target_bytes += len(content)
+        else:
+            self.tally.specials += 1
         self._times(node.ino, atime, mtime, ctime)
 
     async def _file(self, ino: int, path: bytes, item: Item) -> None:
@@ -159,8 +156,10 @@ class TreeBuilder:
     async def _piece(self, offset: int, data: bytes) -> None:
         assert self._large is not None
         _, path, fh, _ = self._large
-        with _writing(path):
+        try:
             await self.fs.write(fh, offset, data)
+        except FsError as e:
+            raise _refused(path, e) from None
         self.tally.data_bytes += len(data)
         self._end_of_data = offset + len(data)
 
@@ -169,10 +168,11 @@ class TreeBuilder:
         ino, path, _, item = self._large
         self._large = None
         size, atime, mtime, ctime, xattrs = item[6], item[7], item[8], item[9], item[10]
-        end, self._end_of_data = self._end_of_data, 0
-        if end < size:  # a hole at the end
-            with _writing(path):
+        if self._end_of_data < size:  # a hole at the end
+            try:
                 await self.fs.setattr(ino, Setattr(size=size))
+            except FsError as e:
+                raise _refused(path, e) from None
         self._xattrs(ino, xattrs, path)  # after the data: a write takes capabilities
         self._times(ino, atime, mtime, ctime)
         self.tally.files += 1
@@ -185,8 +185,10 @@ class TreeBuilder:
         """Another name of a file made before; a link changes the file's ctime."""
         _, name, key, atime, mtime, ctime = item
         first = self._linked[key]
-        with _writing(self._dir[1] + b"/" + name):
+        try:
             self.fs.link(first, self._dir[0], name)
+        except FsError as e:
+            raise _refused(self._dir[1] + b"/" + name, e) from None
         self.tally.links += 1
         self._times(first, atime, mtime, ctime)
 
@@ -255,12 +257,8 @@ class TreeBuilder:
             self._checkpointing = False
 
 
-@contextlib.contextmanager
-def _writing(path: bytes) -> Iterator[None]:
+def _refused(path: bytes, e: FsError) -> ImportFailed:
     """The pack's refusal of what path gave it (its disk full, a broken log) as one line."""
-    try:
-        yield
-    except FsError as e:
-        if e.errno == errno.ENOSPC:
-            raise ImportFailed(f"PACKDIR's filesystem is full (at {show(path)})") from None
-        raise ImportFailed(f"cannot write {show(path)} into the pack: {os.strerror(e.errno)}") from None
+    if e.errno == errno.ENOSPC:
+        return ImportFailed(f"PACKDIR's filesystem is full (at {show(path)})")
+    return ImportFailed(f"cannot write {show(path)} into the pack: {os.strerror(e.errno)}")
