@@ -74,7 +74,7 @@ class TreeBuilder:
         self._buffered = 0  # files whose bytes wait in the write-behind
         self._turn = 0
         self._checkpoint_at = CHECKPOINT_INODES
-        self._checkpointing = False
+        self._checkpointing: trio.Event | None = None  # set when the running background checkpoint ends
 
     async def build(self, root: bytes, reader: Reader) -> Tally:
         """Copy the tree under root (a directory), as the reader walks it, into the pack's root."""
@@ -234,27 +234,34 @@ class TreeBuilder:
 
     async def _turned(self) -> None:
         """Every TURN_ENTRIES entries: a progress line if one is due, a background
-        checkpoint once CHECKPOINT_INODES more inodes were made, and a turn of the loop."""
+        checkpoint once CHECKPOINT_INODES more inodes were made, and a turn of the loop.
+        A builder faster than the checkpoints waits for the running one once another
+        CHECKPOINT_INODES are due beside it: each checkpoint takes all that changed since
+        the one before, and its snapshot's rows grow with that (memory and time both)."""
         self._turn += 1
         if self._turn < TURN_ENTRIES:
             return
         self._turn = 0
         self.fs.ns.take_journal_changes()  # to the next checkpoint, unjournaled (see above)
         self.progress(self.status)
-        if self.tally.inodes >= self._checkpoint_at and not self._checkpointing:
-            self._checkpoint_at = self.tally.inodes + CHECKPOINT_INODES
-            self.nursery.start_soon(self._checkpoint)
+        if self.tally.inodes >= self._checkpoint_at:
+            if self._checkpointing is not None and self.tally.inodes >= self._checkpoint_at + CHECKPOINT_INODES:
+                await self._checkpointing.wait()
+            if self._checkpointing is None:
+                self._checkpoint_at = self.tally.inodes + CHECKPOINT_INODES
+                self._checkpointing = trio.Event()
+                self.nursery.start_soon(self._checkpoint, self._checkpointing)
         await trio.lowlevel.checkpoint()
 
     def status(self) -> str:
         return self.tally.line(time.monotonic() - self.started)
 
-    async def _checkpoint(self) -> None:
-        self._checkpointing = True
+    async def _checkpoint(self, done: trio.Event) -> None:
         try:
             await self.fs.journal.checkpoint()
         finally:
-            self._checkpointing = False
+            self._checkpointing = None
+            done.set()
 
 
 def _refused(path: bytes, e: FsError) -> ImportFailed:

@@ -15,7 +15,7 @@ import trio
 
 import sourcetree
 from packfs import cli, fsck
-from packfs.core import pack
+from packfs.core import journal, pack
 from packfs.core.filesystem import Filesystem
 from packfs.importer import ImportFailed, build, reader, run_import, source, walk
 from packfs.namespace.inodes import ROOT
@@ -295,3 +295,21 @@ def test_the_reader_process_is_killed_and_reaped_when_the_builder_stops(tmp_path
     with pytest.raises(KeyboardInterrupt):
         run_import(str(tree), str(tmp_path / "pack"))
     assert _children() == before
+
+
+def test_a_builder_faster_than_its_checkpoints_waits_for_them(tmp_path, tree, monkeypatch):
+    """Each checkpoint takes all that changed since the one before: with checkpoints that
+    never keep up, that grew with the tree, and the snapshot's rows with it."""
+    monkeypatch.setattr(build, "CHECKPOINT_INODES", 4)
+    monkeypatch.setattr(build, "TURN_ENTRIES", 1)
+    real = journal.Journal.checkpoint
+    taken: list[int] = []
+
+    async def slow(self):
+        taken.append(self.ns.catalog_changes.inode_count)
+        await trio.sleep(0.02)
+        await real(self)
+    monkeypatch.setattr(journal.Journal, "checkpoint", slow)
+    run_import(str(tree), str(tmp_path / "pack"))
+    # Each inode made changes itself and its directory: at most twice what was made.
+    assert len(taken) > 4 and max(taken) <= 2 * (2 * 4 + 1), taken
