@@ -3,7 +3,8 @@
 An import is bound by the CPU of one core; reading the source is about a fifth of the
 work, and a second process does it on the second core. It is forked (not started
 afresh) before the pack is opened and the event loop runs, so it costs a few
-milliseconds, shares the code already loaded, and holds no descriptor of the pack. It
+milliseconds and shares the code already loaded; it closes every descriptor it
+inherited but its end of the pipe (PACKDIR's lock among them). It
 sends batches of items over a pipe, each a frame: a 4-byte length and the batch
 marshal'd. The last frame holds None when the walk is done, or the one-line reason it
 stopped (an ImportFailed's message). The pipe is the backpressure: a reader ahead of the
@@ -44,7 +45,12 @@ class Reader:
             fcntl.fcntl(w, _F_SETPIPE_SZ, PIPE_BYTES)
         except OSError:
             pass
-        self.pid = os.fork()
+        try:
+            self.pid = os.fork()
+        except OSError as e:
+            os.close(r)
+            os.close(w)
+            raise ImportFailed(f"cannot start the process reading SOURCE: {e.strerror}") from None
         if self.pid == 0:  # (the reader process: it never returns)
             _serve(root, piece, r, w)
         os.close(w)
@@ -106,6 +112,8 @@ def _serve(root: bytes, piece: int, r: int, w: int) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the builder, which kills this
         gc.disable()  # tuples of bytes and ints: no cycles
         os.close(r)
+        os.closerange(3, w)  # the parent's (PACKDIR's lock among them): a reader keeps none
+        os.closerange(w + 1, os.sysconf("SC_OPEN_MAX"))
         try:
             for batch in _batched(walk.items(root, piece)):
                 _send(w, batch)
