@@ -67,11 +67,12 @@ class TreeBuilder:
         self.started = time.monotonic()
         self._linked: dict[tuple[int, int], int] = {}  # (st_dev, st_ino) -> inode, for files of several names
         # Directories made and not walked yet, by their number in the walk: (inode, path,
-        # mode, atime, mtime, ctime). The one being walked, and the large file being written.
+        # mode, atime, mtime, ctime), and the one being walked.
         self._dirs: dict[int, _Dir] = {}
         self._numbered = 0
         self._dir: _Dir = (ROOT, b"", 0, 0, 0, 0)
-        self._large: tuple[int, bytes, int, Item] | None = None  # (inode, path, handle, NODE item)
+        # The file being written: (inode, path, handle, its NODE item).
+        self._writing: tuple[int, bytes, int, Item] | None = None
         self._end_of_data = 0  # of the file being written: where its last piece ended
         self._buffered = 0  # files whose bytes wait in the write-behind
         self._turn = 0
@@ -146,7 +147,7 @@ class TreeBuilder:
         """A regular file's data (its runs of data; holes stay holes), then, unless it is
         large and its pieces follow, its size, xattrs and times."""
         fh = self.fs.created_handle(ino, privileged=True)  # keeps set-ID bits; no release to send
-        self._large = (ino, path, fh, item)
+        self._writing = (ino, path, fh, item)
         self._end_of_data = 0
         content = item[11]
         if content is None:
@@ -156,8 +157,8 @@ class TreeBuilder:
         await self._file_end()
 
     async def _piece(self, offset: int, data: bytes) -> None:
-        assert self._large is not None
-        _, path, fh, _ = self._large
+        assert self._writing is not None
+        _, path, fh, _ = self._writing
         try:
             await self.fs.write(fh, offset, data)
         except FsError as e:
@@ -166,9 +167,9 @@ class TreeBuilder:
         self._end_of_data = offset + len(data)
 
     async def _file_end(self) -> None:
-        assert self._large is not None
-        ino, path, _, item = self._large
-        self._large = None
+        assert self._writing is not None
+        ino, path, _, item = self._writing
+        self._writing = None
         size, atime, mtime, ctime, xattrs = item[6], item[7], item[8], item[9], item[10]
         if self._end_of_data < size:  # a hole at the end
             try:
