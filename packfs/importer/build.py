@@ -45,14 +45,12 @@ _Dir = tuple[int, bytes, int, int, int, int]  # a directory's inode, path, mode,
 # META of everything since the one before, grow with it; fewer means more catalog
 # transactions. (The inode table itself is in memory whatever this is, as in a mount.)
 CHECKPOINT_INODES = 50_000
-# Items made between two turns of the event loop: the log writer's completions and the
-# background checkpoint's parts run in those turns (256 items: ~10 ms). With 1,024 files
-# a batch, 0.6-0.8 s less of the builder's CPU than 64 and 256 for 100,000 Swift objects
-# (15.1-15.3 s against 15.8-16.0, alternated pairs, 2026-11-29).
-TURN_ENTRIES = 256
+# Entries made between two turns of the event loop: the log writer's completions and the
+# background checkpoint's parts run in those turns.
+TURN_ENTRIES = 64
 # Small files whose bytes wait in the write-behind before they go to the log writer as
 # one batch (one pwritev per contiguous run, not one per file).
-BATCH_FILES = 1024
+BATCH_FILES = 256
 
 
 class TreeBuilder:
