@@ -26,6 +26,7 @@ import errno
 import os
 import stat
 import time
+
 import trio
 
 from ..core.filesystem import XATTR_NAMESPACES, Filesystem, Setattr
