@@ -2,17 +2,19 @@
 
 Operators use it to move a Swift device onto packfs (stop the servers, mount the XFS
 read-only elsewhere, import its tree into an empty PACKDIR, mount the pack at the old
-mount point); benchmarks, to build large trees without a mount's round trips. It runs in
-one process through the core (Filesystem) and writes no on-disk format itself, so it
-keeps working when the inode table or the format change; of the import the core knows
-only its marker (pack.IMPORTING).
+mount point); benchmarks, to build large trees without a mount's round trips. It makes
+the tree through the core (Filesystem) and writes no on-disk format itself, so it keeps
+working when the inode table or the format change; of the import the core knows only
+its marker (pack.IMPORTING). A second process, forked at the start, reads SOURCE on the
+other core and streams what it read to the one that builds (reader.py).
 
 1. Refuse what it must (preflight.py): SOURCE not a directory, PACKDIR not empty, a
    pack, mounted, or inside SOURCE. Take PACKDIR's lock for the whole run.
 2. Initialise the pack with its marker named packfs.json.importing: no mount or fsck
    takes the directory for a pack while it is built, or after an interrupted import.
-3. Walk SOURCE and make every inode (build.py, reading through source.py), with
-   background checkpoints; then the final checkpoint, the one durable commit.
+3. Walk SOURCE in the reader process (walk.py, reading through source.py) and make
+   every inode as its items come (build.py), with background checkpoints; then the
+   final checkpoint, the one durable commit.
 4. Reopen the pack as a mount would and compare it with what was made (verify.py);
    write the namespace image, so the first mount loads fast.
 5. Rename the marker to packfs.json: from here on it is a pack.
