@@ -7,11 +7,14 @@ trees (two processes, no fsync) in WORKDIR/source-N-B, or in --source, unless it
 already. It is walked once (every file read, its xattrs listed) so that the import reads a
 warm tree, then imported into WORKDIR/pack, which is removed first and after. Prints the
 objects per second of the import's build (the tree made and checkpointed), its whole wall
-and CPU time, and its peak RSS. The source stays for the next run: remove it when done.
+and CPU time (its reader process's included) and its peak RSS (the larger process's).
+The source stays for the next run: remove it when done.
 
---profile imports in this process under cProfile instead and prints where the time went,
-by the import's parts (cProfile slows the many small calls more than the few large ones:
-shares, not times).
+--profile imports in this process under cProfile instead and prints where the builder's
+time went, by the import's parts (cProfile slows the many small calls more than the few
+large ones: shares, not times). The reader process, which reads the source, is not
+profiled; the builder's time waiting for its batches falls in the event loop's, in none of
+the parts.
 """
 from __future__ import annotations
 
@@ -46,8 +49,7 @@ def warm(root: Path) -> int:
 
 # The import's parts, as (file, function) whose cumulative time is the part's.
 PARTS = {
-    "reading the source": [("importer/source.py", f) for f in ("entries", "xattrs", "pieces", "__init__", "open",
-                                                                  "close", "readlink")],
+    "taking the reader process's batches": [("importer/reader.py", "batches")],
     "Filesystem.create": [("core/filesystem.py", "create")],
     "Filesystem.write and the batches to the log writer": [("core/filesystem.py", "write"),
                                                             ("importer/build.py", "_write_batch")],

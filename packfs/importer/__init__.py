@@ -2,17 +2,19 @@
 
 Operators use it to move a Swift device onto packfs (stop the servers, mount the XFS
 read-only elsewhere, import its tree into an empty PACKDIR, mount the pack at the old
-mount point); benchmarks, to build large trees without a mount's round trips. It runs in
-one process through the core (Filesystem) and writes no on-disk format itself, so it
-keeps working when the inode table or the format change; of the import the core knows
-only its marker (pack.IMPORTING).
+mount point); benchmarks, to build large trees without a mount's round trips. It makes
+the tree through the core (Filesystem) and writes no on-disk format itself, so it keeps
+working when the inode table or the format change; of the import the core knows only
+its marker (pack.IMPORTING). A second process, forked at the start, reads SOURCE on the
+other core and streams what it read to the one that builds (reader.py).
 
 1. Refuse what it must (preflight.py): SOURCE not a directory, PACKDIR not empty, a
    pack, mounted, or inside SOURCE. Take PACKDIR's lock for the whole run.
 2. Initialise the pack with its marker named packfs.json.importing: no mount or fsck
    takes the directory for a pack while it is built, or after an interrupted import.
-3. Walk SOURCE and make every inode (build.py, reading through source.py), with
-   background checkpoints; then the final checkpoint, the one durable commit.
+3. Walk SOURCE in the reader process (walk.py, reading through source.py) and make
+   every inode as its items come (build.py), with background checkpoints; then the
+   final checkpoint, the one durable commit.
 4. Reopen the pack as a mount would and compare it with what was made (verify.py);
    write the namespace image, so the first mount loads fast.
 5. Rename the marker to packfs.json: from here on it is a pack.
@@ -40,6 +42,7 @@ from ..store.disk import Disk
 from .build import TreeBuilder
 from .errors import ImportFailed
 from .preflight import check_source, take_packdir
+from .reader import Reader
 from .tally import Tally
 from .verify import differences
 
@@ -99,23 +102,28 @@ def run_import(source: str, packdir: str, progress: Progress = QUIET, disk: Disk
 
 
 def _build_pack(root: bytes, packdir: str, disk: Disk, progress: Progress) -> Tally:
-    """Initialise the pack (as an import's), make the tree in it and checkpoint it."""
+    """Initialise the pack (as an import's), make the tree in it and checkpoint it. The
+    reader process starts first, so it reads while the pack is made."""
+    reader = Reader(root, OPTIONS.disk_chunk_size)
     try:
-        pack.initialise(packdir, disk, importing=True)
-        p = pack.open_pack(packdir, disk, OPTIONS.volume_size, OPTIONS.cache_size, importing=True,
-                           xattrs_in_memory=OPTIONS.xattrs_in_memory)
-    except (pack.PackError, OSError) as e:
-        raise ImportFailed(f"cannot make a pack in {packdir}: {e}") from None
-    try:
-        with collector_paused():  # it makes no reference cycles, and millions of objects
-            return trio.run(_build, p, root, progress)
-    except BaseExceptionGroup as group:  # (a trio nursery's, around the one that stopped the import)
-        raise _written_off(_only(group)) from None
-    except (FsError, OSError, apsw.Error) as e:
-        raise _written_off(e) from None
+        try:
+            pack.initialise(packdir, disk, importing=True)
+            p = pack.open_pack(packdir, disk, OPTIONS.volume_size, OPTIONS.cache_size, importing=True,
+                               xattrs_in_memory=OPTIONS.xattrs_in_memory)
+        except (pack.PackError, OSError) as e:
+            raise ImportFailed(f"cannot make a pack in {packdir}: {e}") from None
+        try:
+            with collector_paused():  # it makes no reference cycles, and millions of objects
+                return trio.run(_build, p, root, reader, progress)
+        except BaseExceptionGroup as group:  # (a trio nursery's, around the one that stopped the import)
+            raise _written_off(_only(group)) from None
+        except (FsError, OSError, apsw.Error) as e:
+            raise _written_off(e) from None
+        finally:
+            p.volumes.close()
+            p.catalog.close()
     finally:
-        p.volumes.close()
-        p.catalog.close()
+        reader.close()
 
 
 def _only(e: BaseException) -> BaseException:
@@ -135,7 +143,7 @@ def _written_off(e: BaseException) -> BaseException:
     return e
 
 
-async def _build(p: pack.Pack, root: bytes, progress: Progress) -> Tally:
+async def _build(p: pack.Pack, root: bytes, reader: Reader, progress: Progress) -> Tally:
     """Make the tree in the pack, then its final checkpoint.
 
     Of the background tasks a mount runs only the log writer: no committer (nothing is
@@ -146,7 +154,7 @@ async def _build(p: pack.Pack, root: bytes, progress: Progress) -> Tally:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(fs.volumes.run)
         builder = TreeBuilder(fs, nursery, progress)
-        tally = await builder.build(root)
+        tally = await builder.build(root, reader)
         progress.step(f"{builder.status()}; writing the final checkpoint")
         await fs.close()
         nursery.cancel_scope.cancel()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import signal
 import stat
 from pathlib import Path
 
@@ -14,9 +15,9 @@ import trio
 
 import sourcetree
 from packfs import cli, fsck
-from packfs.core import pack
+from packfs.core import journal, pack
 from packfs.core.filesystem import Filesystem
-from packfs.importer import ImportFailed, build, run_import, source
+from packfs.importer import ImportFailed, build, reader, run_import, source, walk
 from packfs.namespace.inodes import ROOT
 from packfs.namespace.xattrblob import compressed, is_compressed
 from packfs.options import Options
@@ -281,3 +282,55 @@ def test_a_source_read_error_names_the_file(tmp_path, tree, monkeypatch):
     monkeypatch.setattr(source.SourceDir, "open", fails)
     message = _refusal(tree, tmp_path / "pack")
     assert message == f"cannot read {tree}/medium: Input/output error"
+
+
+def _children() -> set[int]:
+    """This process's child processes, zombies included."""
+    kids: set[int] = set()
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as f:
+            kids.update(map(int, f.read().split()))
+    return kids
+
+
+def test_a_reader_process_that_dies_stops_the_import_in_one_line(tmp_path, tree, monkeypatch):
+    real = walk.items
+
+    def dies(root, piece):
+        for n, item in enumerate(real(root, piece)):
+            if n == 20:
+                os.kill(os.getpid(), signal.SIGKILL)  # (in the reader process)
+            yield item
+    monkeypatch.setattr(walk, "items", dies)
+    before = _children()
+    assert _refusal(tree, tmp_path / "pack") == "the process reading SOURCE stopped: killed by SIGKILL"
+    assert _children() == before  # reaped
+
+
+def test_the_reader_process_is_killed_and_reaped_when_the_builder_stops(tmp_path, tree, monkeypatch):
+    async def interrupted(self, *args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(build.TreeBuilder, "_file", interrupted)
+    monkeypatch.setattr(reader, "BATCH_ITEMS", 1)  # so that the reader is still walking
+    before = _children()
+    with pytest.raises(KeyboardInterrupt):
+        run_import(str(tree), str(tmp_path / "pack"))
+    assert _children() == before
+
+
+def test_a_builder_faster_than_its_checkpoints_waits_for_them(tmp_path, tree, monkeypatch):
+    """Each checkpoint takes all that changed since the one before: with checkpoints that
+    never keep up, that grew with the tree, and the snapshot's rows with it."""
+    monkeypatch.setattr(build, "CHECKPOINT_INODES", 4)
+    monkeypatch.setattr(build, "TURN_ENTRIES", 1)
+    real = journal.Journal.checkpoint
+    taken: list[int] = []
+
+    async def slow(self):
+        taken.append(self.ns.catalog_changes.inode_count)
+        await trio.sleep(0.02)
+        await real(self)
+    monkeypatch.setattr(journal.Journal, "checkpoint", slow)
+    run_import(str(tree), str(tmp_path / "pack"))
+    # Each inode made changes itself and its directory: at most twice what was made.
+    assert len(taken) > 4 and max(taken) <= 2 * (2 * 4 + 1), taken
