@@ -108,6 +108,17 @@ def _catalog_xattrs(packdir: str) -> dict[int, bytes | None]:
         _closed(p)
 
 
+def _assert_read_back(packdir: str, want: dict[bytes, bytes | None], xattrs_in_memory: bool) -> None:
+    """The pack reopened gives each file the xattrs wanted, and fsck finds nothing wrong."""
+    p = _reopened(packdir, xattrs_in_memory)
+    try:
+        assert {n: x for n, (_, x) in _values(p).items()} == want
+    finally:
+        _closed(p)
+    report = check(packdir)
+    assert not report.problems and not report.error
+
+
 SIZES = [0, 64, 4096, 4096 - 48 - 8]  # none, small, a block, one that leaves no room
 
 
@@ -146,12 +157,7 @@ def test_swift_objects_xattrs_leave_memory_for_their_records(tmp_path: Path):
     rows = _catalog_xattrs(packdir)
     assert sorted(x == IN_RECORD_ROW for x in rows.values()) == [False, False, True, True]
     # With xattrs_in_memory on, values already in records stay there, and read the same.
-    p = _reopened(packdir, True)
-    try:
-        assert {n: x for n, (_, x) in _values(p).items()} == want
-    finally:
-        _closed(p)
-    assert not check(packdir).problems and not check(packdir).error
+    _assert_read_back(packdir, want, True)
 
 
 def test_a_change_to_the_file_brings_its_xattrs_back_first(tmp_path: Path):
@@ -180,12 +186,7 @@ def test_a_change_to_the_file_brings_its_xattrs_back_first(tmp_path: Path):
     packdir = str(tmp_path / "pack")
     with_filesystem(tmp_path, body, xattrs_in_memory=False)
     assert not [x for x in _catalog_xattrs(packdir).values() if x == IN_RECORD_ROW]
-    p = _reopened(packdir)
-    try:
-        assert {n: x for n, (_, x) in _values(p).items()} == want
-    finally:
-        _closed(p)
-    assert not check(packdir).problems and not check(packdir).error
+    _assert_read_back(packdir, want, False)
 
 
 def test_a_crash_replays_the_log_rows_that_say_the_record_carries_them(tmp_path: Path):
