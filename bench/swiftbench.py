@@ -64,8 +64,6 @@ class SwiftBench(Part):
         for srv in self.servers.values():
             srv.stop()
 
-            return None
-
     # ------------------------------------------------------------------ parts
     def run(self, only_large: bool = False) -> None:
         self.start()
