@@ -19,6 +19,7 @@ import trio
 from ..errors import FsError
 from ..namespace import xattrblob
 from ..namespace.inodes import Inode
+from ..namespace.xattrstore import IN_RECORD
 from ..options import Options
 from ..store import records
 from ..store.disk import Disk
@@ -255,7 +256,10 @@ class Filesystem:
         t = self.ns.table
         if t.xattrs_to_fetch(ino):
             epoch = t.xattr_epoch
-            x = await trio.to_thread.run_sync(t.xattr_fetcher(ino), limiter=self._catalog_reads)
+            # A record's read is a data read (Volumes.read's threads); the catalog's share
+            # a few connections.
+            limiter = None if t.xref(ino) == IN_RECORD else self._catalog_reads
+            x = await trio.to_thread.run_sync(t.xattr_fetcher(ino), limiter=limiter)
             t.keep_fetched(ino, x, epoch)
 
     def _warm(self, ino: int) -> None:
