@@ -26,6 +26,7 @@ def differences(p: Pack, made: Tally) -> list[str]:
         "names of files": (names, made.files + made.links + made.symlinks + made.specials),
         "bytes in files and symlink targets": (size, made.bytes + made.target_bytes),
         "bytes of data in records": (sum(t.record_lengths()) + sum(t.mapped_record_lengths()), made.data_bytes),
-        "inodes with xattrs": (t.xattrs_in_memory() + t.xattrs_in_records() + t.xattrs_in_catalog(), made.with_xattrs),
+        "inodes with xattrs": (t.xattrs_in_memory() + t.xattrs_in_records() + t.xattrs_in_catalog(),
+                               made.with_xattrs),
     }
     return [f"{what}: {found:,}, {wanted:,} imported" for what, (found, wanted) in held.items() if found != wanted]
