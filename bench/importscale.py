@@ -8,9 +8,10 @@ source is a Swift device tree of objects obj-0..N-1 (bench.scale's builder makes
 
 1. import SOURCE into a fresh packfs PACKDIR (on an XFS loop image, as `make bench`'s):
    objects/s of the build;
-2. mount it: clean mount seconds, daemon RSS per object and its parts (`packfs stats`);
+2. mount it (this step and the rest on BENCH_DISK's model): clean mount seconds,
+   daemon RSS per object and its parts (`packfs stats`);
 3. the stock object server: cold GETs at c1 and c16 after dropping caches, ops/s and
-   disk reads per GET on the pack's device (on BENCH_DISK's model);
+   disk reads per GET on the pack's device;
 4. a whole walk of the tree, as a replicator does: seconds, RSS per object after;
 5. PUTs at c16, kill -9 the daemon, mount again: recovery seconds, and every
    acknowledged object and a sample of the tree read back.
@@ -62,6 +63,12 @@ class ImportScale:
         shutil.rmtree(t.packdir)
         self.imported()
         drop_caches()
+        with diskmodel.throttled(self.model, [t.loop]):
+            self.mounted(rss_empty)
+
+    def mounted(self, rss_empty: int) -> None:
+        """Every step after the import, on the disk model."""
+        t = self.t
         seconds = t.mount()
         self.note("mount.clean.s", seconds, f"clean mount at {self.n:,} objects: {seconds:.2f} s")
         self.memory("mount", rss_empty)
@@ -108,7 +115,7 @@ class ImportScale:
     def gets(self, srv: so.ObjectServer, conc: int, count: int) -> None:
         names = [f"obj-{i}" for i in self.rng.sample(range(self.n), count)]
         drop_caches()
-        with diskmodel.throttled(self.model, [self.t.loop]), IoMeter(self.t.loop) as meter:
+        with IoMeter(self.t.loop) as meter:
             ph = so.run_phase(srv.port, "GET", names, 0, conc, 1800)
         if ph.errors:
             raise RuntimeError(f"cold GETs at c{conc}: {ph.errors} errors ({ph.first_error})")
