@@ -88,7 +88,10 @@ class Filesystem:
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Run the background tasks (log writer, preallocator, committer, checkpointer, xattr
-        compressor and compactor); checkpoint at once if recovery changed anything."""
+        compressor and compactor); if recovery changed anything, ask for a checkpoint at
+        once. It runs in the background, as every checkpoint does, so the mount serves
+        while it writes the replayed changes into the catalog: on a hard disk a seek for
+        each page they touch (27 s after 1,000 replayed PUTs at a million objects)."""
         nursery.start_soon(self.volumes.run)
         nursery.start_soon(self.volumes.run_preallocator)
         nursery.start_soon(self.journal.run_checkpointer)
@@ -97,7 +100,7 @@ class Filesystem:
         nursery.start_soon(self.journal.run_xattr_compactor)
         nursery.start_soon(self._run_forgetter)
         if self.pack.recovery.changed:
-            await self.journal.checkpoint()
+            self.journal.want_checkpoint()
 
     async def close(self) -> None:
         """Flush everything and checkpoint, so the next mount replays nothing."""

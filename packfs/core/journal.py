@@ -524,6 +524,10 @@ class Journal:
                  c.size / 2**20, c.parts, time.monotonic() - c.started)
         return False
 
+    def want_checkpoint(self) -> None:
+        """Ask the checkpointer for a checkpoint now (after a recovery changed the table)."""
+        self._checkpoint_wanted.set()
+
     async def run_checkpointer(self) -> None:
         """Background task: checkpoint when a commit finds the log grown by `checkpoint_bytes`
         or many changes or dead records waiting, or a quiet disk finds enough (`_quiet`)."""
