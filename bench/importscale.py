@@ -34,7 +34,7 @@ from pathlib import Path
 from . import diskmodel
 from . import swiftobj as so
 from .diskmodel import IoMeter
-from .scale import build_objects
+from .scale import build_objects, last_load
 from .testbed import Testbed
 from .util import REPO, drop_caches, log, rss_bytes
 from .walk import walk
@@ -70,7 +70,8 @@ class ImportScale:
         """Every step after the import, on the disk model."""
         t = self.t
         seconds = t.mount()
-        self.note("mount.clean.s", seconds, f"clean mount at {self.n:,} objects: {seconds:.2f} s")
+        self.note("mount.clean.s", seconds, f"clean mount at {self.n:,} objects: {seconds:.2f} s "
+                  f"({last_load(t.packdir)})")
         self.memory("mount", rss_empty)
         srv = so.ObjectServer("packfs", t.devices, self.work / "swift")
         srv.start()
@@ -131,8 +132,10 @@ class ImportScale:
         self.t.kill9()
         seconds = self.t.mount()
         recovery = (self.t.stats() or {}).get("recovery")
+        log("importscale: the daemon's log of that mount:\n" +
+            "\n".join((self.t.packdir / "packfs.log").read_text(errors="replace").splitlines()[-12:]))
         self.note("mount.recovery.s", seconds, f"mount after kill -9 (recovery) at {self.n:,} objects: "
-                  f"{seconds:.2f} s ({recovery})")
+                  f"{seconds:.2f} s ({last_load(self.t.packdir)}; {recovery})")
         check = extra + [f"obj-{i}" for i in self.rng.sample(range(self.n), 1000)]
         back = so.run_phase(srv.port, "GET", check, 0, 4, 1800)
         if back.errors:

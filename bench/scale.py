@@ -246,7 +246,7 @@ class ScaleBench(Part):
         msg = f"  {t.name} clean mount: {sec:.2f} s"
         if t.is_packfs and t.daemon_pid():
             rss = rss_bytes(t.daemon_pid())
-            msg += f", daemon RSS {rss / 2**20:.0f} MiB; {_last_load(t.packdir)}"
+            msg += f", daemon RSS {rss / 2**20:.0f} MiB; {last_load(t.packdir)}"
             if rss_empty:
                 self._add("scale.rss_per_file.mount", t, (rss - rss_empty) / self.n,
                           label=f"packfs daemon RSS per stored file at {self.nk}, right after mount",
@@ -349,7 +349,7 @@ class ScaleBench(Part):
             log(f"  {t.name}: all {len(check)} acknowledged objects read back after kill -9")
 
 
-def _last_load(packdir) -> str:
+def last_load(packdir) -> str:
     """The daemon's last 'loaded N inodes from the image/catalog' log line, for the progress log."""
     lines = [ln for ln in (Path(packdir) / "packfs.log").read_text(errors="replace").splitlines()
              if "inodes from the" in ln]
